@@ -1,0 +1,281 @@
+package config
+
+import (
+	"fmt"
+	"time"
+)
+
+// Modality names the kind of data a pipeline consumes.
+type Modality string
+
+// The modalities a pipeline can consume.
+const (
+	Image Modality = "image" // still images: raw uint8/float32 pixels or PNG
+	Video Modality = "video" // video frames: images with stream id and frame index headers
+	Text  Modality = "text"  // word tokens: UTF-8 text, tokenised by the daemon
+)
+
+// Config is the whole daemon configuration, as read from one YAML file.
+//
+// A field tagged live:"true" may change through a reload while the daemon
+// runs; a change to any other field is refused by name.
+type Config struct {
+	// Log configures the daemon's logs.
+	Log Log `yaml:"log"`
+	// DataDir holds the embedded server's JetStream store and the
+	// checkpoints. Default "./smtd-data".
+	DataDir string `yaml:"data_dir"`
+	// NATS says which server to use.
+	NATS NATS `yaml:"nats"`
+	// Service names the subjects of the daemon's own endpoints and events.
+	Service Service `yaml:"service"`
+	// Checkpoint says when and where model checkpoints are written.
+	Checkpoint Checkpoint `yaml:"checkpoint"`
+	// Pipelines wire input subjects to learners and output subjects.
+	Pipelines []Pipeline `yaml:"pipelines"`
+}
+
+// Log configures logging.
+type Log struct {
+	// Level is one of debug, info, warn, error. Default info.
+	Level string `yaml:"level" live:"true"`
+	// Format is json (default) or console (human readable).
+	Format string `yaml:"format"`
+}
+
+// NATS selects the embedded server or an external one.
+type NATS struct {
+	// URL of an external server or cluster (comma-separated URLs). Empty,
+	// the default, starts an embedded server with JetStream.
+	URL string `yaml:"url"`
+	// Listen is the embedded server's client address. Default
+	// "127.0.0.1:4222"; port -1 picks a free port.
+	Listen string `yaml:"listen"`
+	// MaxPayload is the embedded server's largest message in bytes.
+	// Default 8 MiB.
+	MaxPayload int `yaml:"max_payload"`
+	// StreamMaxBytes bounds each input stream the daemon creates; the
+	// oldest messages are dropped past it. Default 1 GiB.
+	StreamMaxBytes int64 `yaml:"stream_max_bytes"`
+	// StreamMaxAge bounds how long input messages are kept. Default 24h.
+	StreamMaxAge time.Duration `yaml:"stream_max_age"`
+}
+
+// Service names the daemon's NATS micro service and its subjects.
+type Service struct {
+	// Name of the NATS micro service. Default "smtd".
+	Name string `yaml:"name"`
+	// Prefix of every daemon subject: events are published on
+	// <prefix>.events.{errors,checkpoint,reload}, control requests are
+	// served on <prefix>.control.{reload,checkpoint}, status on
+	// <prefix>.status and embedding queries on <prefix>.embed.<pipeline>.
+	// Default "smtd".
+	Prefix string `yaml:"prefix"`
+}
+
+// Checkpoint configures periodic checkpoints. Checkpoints are also written
+// at shutdown.
+type Checkpoint struct {
+	// EverySamples writes a checkpoint after this many applied messages.
+	// Default 10000; 0 in the file is refused, use a large value instead.
+	EverySamples int64 `yaml:"every_samples" live:"true"`
+	// Every writes a checkpoint after this much time with new samples.
+	// Default 5m.
+	Every time.Duration `yaml:"every" live:"true"`
+	// Keep is how many checkpoint files per pipeline stay on disk.
+	// Default 3.
+	Keep int `yaml:"keep" live:"true"`
+	// ObjectStore also stores each checkpoint in the JetStream object store
+	// bucket "smtd-checkpoints", with the key-value bucket "smtd-latest"
+	// pointing at the newest one per pipeline. Default true.
+	ObjectStore bool `yaml:"object_store"`
+}
+
+// Pipeline wires one input subject through preprocessing and a learner to
+// an output subject.
+type Pipeline struct {
+	// Name identifies the pipeline in subjects, logs and checkpoints:
+	// lowercase letters, digits, '-' and '_'.
+	Name string `yaml:"name"`
+	// Modality is image (default), video or text.
+	Modality Modality `yaml:"modality"`
+	// Seed seeds the pipeline's random source. Default 1.
+	Seed uint64 `yaml:"seed"`
+	// Deterministic cuts batches by count only (never by time), so that
+	// replaying a recorded stream gives the same model bit for bit, also
+	// across a kill and a restart. Default false.
+	Deterministic bool `yaml:"deterministic"`
+	// Input is where messages come from.
+	Input Input `yaml:"input"`
+	// Output is where a result per input message goes.
+	Output Output `yaml:"output"`
+	// Batch cuts the input into minibatches.
+	Batch Batch `yaml:"batch"`
+	// Image describes the images of image and video pipelines.
+	Image ImageShape `yaml:"image"`
+	// Patches configures patch extraction and preprocessing.
+	Patches Patches `yaml:"patches"`
+	// Whiten configures the online whitening of patches.
+	Whiten Whiten `yaml:"whiten"`
+	// KMeans configures the online spherical k-means dictionary.
+	KMeans KMeans `yaml:"kmeans"`
+	// Text configures word-token pipelines.
+	Text TextSettings `yaml:"text"`
+}
+
+// Transport of a pipeline's input.
+const (
+	JetStream = "jetstream" // durable pull consumer on a stream (default)
+	Core      = "core"      // plain subscription: lower latency, no replay
+)
+
+// Input configures where a pipeline's messages come from.
+type Input struct {
+	// Subject the pipeline consumes. Required, unique across pipelines.
+	Subject string `yaml:"subject"`
+	// Transport is jetstream (default: a stream, created if absent, read by
+	// a durable pull consumer) or core (a plain subscription).
+	Transport string `yaml:"transport"`
+	// Stream names the JetStream stream. Default SMTD_<NAME>; an existing
+	// stream that already captures the subject is used as it is.
+	Stream string `yaml:"stream"`
+	// MaxBytes rejects larger messages. Default 4 MiB.
+	MaxBytes int `yaml:"max_bytes"`
+}
+
+// Output encodings.
+const (
+	Float32 = "float32" // little-endian float32 vector, shape in headers
+	JSON    = "json"    // a JSON object
+)
+
+// Output configures where results go.
+type Output struct {
+	// Subject receives one message per input message. Default
+	// smtd.out.<name>.
+	Subject string `yaml:"subject"`
+	// Encoding is float32 (default) or json.
+	Encoding string `yaml:"encoding" live:"true"`
+}
+
+// Batch configures micro-batching.
+type Batch struct {
+	// Size is the most messages in one minibatch. Default 32.
+	Size int `yaml:"size"`
+	// Timeout applies a partial minibatch after this long. Ignored in
+	// deterministic mode. Default 100ms.
+	Timeout time.Duration `yaml:"timeout" live:"true"`
+}
+
+// ImageShape is the expected shape of a pipeline's images. Messages of
+// another shape are rejected.
+type ImageShape struct {
+	// Width in pixels. Default 28.
+	Width int `yaml:"width"`
+	// Height in pixels. Default 28.
+	Height int `yaml:"height"`
+	// Channels per pixel: 1 (gray) or 3 (RGB). Default 1.
+	Channels int `yaml:"channels"`
+}
+
+// Patches configures patch extraction (smt-minimalistic, App. C).
+type Patches struct {
+	// Size is the side T of the TxT patches. Default 6.
+	Size int `yaml:"size"`
+	// Stride between patch positions. Default 1.
+	Stride int `yaml:"stride"`
+	// Mean removal: none, patch (each patch's own mean) or contextual (the
+	// mean of the patches within Context grid steps, App. C). Default
+	// contextual.
+	Mean string `yaml:"mean"`
+	// Context is the range d of the contextual mean. Default 1.
+	Context int `yaml:"context"`
+	// MinNorm: whitened patches with a smaller L2 norm are blank; they are
+	// left out of learning and get an all-zero code. Default 0.1.
+	MinNorm float64 `yaml:"min_norm" live:"true"`
+}
+
+// Whiten configures online whitening x ← (λI+Σ)^(-1/2) x̄.
+type Whiten struct {
+	// Lambda is λ. Default 0.1.
+	Lambda float64 `yaml:"lambda" live:"true"`
+	// RefreshEvery recomputes the operator from Σ every this many batches
+	// (after a doubling warm-up: batches 1, 2, 4, ...). Default 64.
+	RefreshEvery int `yaml:"refresh_every" live:"true"`
+	// FreezeAfter stops updating Σ after this many patches; 0 never
+	// freezes. Default 1000000.
+	FreezeAfter int64 `yaml:"freeze_after" live:"true"`
+}
+
+// Sparse codes of the k-means stage (smt-minimalistic, section 3).
+const (
+	CodeVQ = "vq" // 1-sparse: the atom of largest cosine
+	CodeGQ = "gq" // every atom with cosine >= threshold
+)
+
+// KMeans configures online spherical k-means (smt-minimalistic, App. D).
+type KMeans struct {
+	// Atoms is the dictionary size K. Default 256.
+	Atoms int `yaml:"atoms"`
+	// LearningRate is η of Algorithm 1. Default 1.
+	LearningRate float64 `yaml:"learning_rate" live:"true"`
+	// Decay anneals the rate, η_t = η/(1+Decay·t), t in batches. Default 0.
+	Decay float64 `yaml:"decay" live:"true"`
+	// Code is vq (default) or gq.
+	Code string `yaml:"code" live:"true"`
+	// Threshold is t of f_gq. Default 0.3.
+	Threshold float64 `yaml:"threshold" live:"true"`
+	// ReseedAfter re-seeds an atom unused for this many batches from recent
+	// data. Default 100.
+	ReseedAfter int `yaml:"reseed_after" live:"true"`
+}
+
+// TextSettings configures word-token pipelines.
+type TextSettings struct {
+	// Vocabulary is the most distinct words kept; when full, the rarest
+	// word is replaced. Default 50000.
+	Vocabulary int `yaml:"vocabulary"`
+	// MaxTokens rejects messages with more tokens. Default 10000.
+	MaxTokens int `yaml:"max_tokens"`
+}
+
+// EmbedSubject is where the pipeline answers embedding queries.
+func (c *Config) EmbedSubject(pipeline string) string {
+	return c.Service.Prefix + ".embed." + pipeline
+}
+
+// Subject returns <prefix>.<suffix>, for events, control and status.
+func (c *Config) Subject(suffix string) string {
+	return c.Service.Prefix + "." + suffix
+}
+
+// StreamName returns the JetStream stream a pipeline reads.
+func (p *Pipeline) StreamName() string {
+	if p.Input.Stream != "" {
+		return p.Input.Stream
+	}
+	return "SMTD_" + upperName(p.Name)
+}
+
+func upperName(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		switch {
+		case c >= 'a' && c <= 'z':
+			b[i] = c - 'a' + 'A'
+		case c == '-':
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
+
+// PatchesPerImage is the number of patch positions in one image.
+func (p *Pipeline) PatchesPerImage() int {
+	rows := (p.Image.Height-p.Patches.Size)/p.Patches.Stride + 1
+	cols := (p.Image.Width-p.Patches.Size)/p.Patches.Stride + 1
+	return rows * cols
+}
+
+// String names the pipeline for logs.
+func (p *Pipeline) String() string { return fmt.Sprintf("%s(%s)", p.Name, p.Modality) }

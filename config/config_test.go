@@ -1,0 +1,134 @@
+package config
+
+import (
+	"errors"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestLoadFiles(t *testing.T) {
+	for _, tc := range []struct {
+		file    string
+		wantErr []string // substrings, each in its own error line
+	}{
+		{file: "minimal.good.yaml"},
+		{file: "external.good.yaml"},
+		{file: "unknown-field.bad.yaml", wantErr: []string{"unknown-field.bad.yaml:7: pipelines[0].kmeans.atomz: unknown field"}},
+		{file: "wrong-type.bad.yaml", wantErr: []string{"wrong-type.bad.yaml:2: cannot unmarshal !!str `lots` into int64"}},
+		{file: "out-of-range.bad.yaml", wantErr: []string{
+			"out-of-range.bad.yaml:8: pipelines[0].kmeans.atoms: must be in 1..1048576, got 0",
+			"out-of-range.bad.yaml:9: pipelines[0].kmeans.learning_rate: must be in (0, 1], got -0.5",
+			"out-of-range.bad.yaml:11: pipelines[0].patches.size: patch 40x40 is larger than the 28x28 image",
+		}},
+		{file: "duplicate-subject.bad.yaml", wantErr: []string{`:5: pipelines[1].input.subject: duplicate subject "cams.*" overlaps "cams.front"`}},
+		{file: "duplicate-name.bad.yaml", wantErr: []string{
+			`:4: pipelines[1].name: duplicate pipeline name "a"`,
+			`:4: pipelines[1].output.subject: duplicate subject "smtd.out.a"`,
+		}},
+		{file: "bad-modality.bad.yaml", wantErr: []string{`:3: pipelines[0].modality: must be image, video or text, got "audio"`}},
+		{file: "syntax.bad.yaml", wantErr: []string{"syntax.bad.yaml: line 1: did not find expected"}},
+		{file: "no-pipelines.bad.yaml", wantErr: []string{":1: pipelines: at least one pipeline is needed"}},
+		{file: "reserved-subject.bad.yaml", wantErr: []string{`reserved for the daemon's own smtd.* subjects`}},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			cfg, err := Load(filepath.Join("..", "testdata", "config", tc.file))
+			if len(tc.wantErr) == 0 {
+				if err != nil {
+					t.Fatalf("unexpected error:\n%v", err)
+				}
+				if cfg == nil {
+					t.Fatal("nil config")
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("no error, want %q", tc.wantErr)
+			}
+			var errs Errors
+			if !errors.As(err, &errs) {
+				t.Fatalf("error %T is not config.Errors: %v", err, err)
+			}
+			if len(errs) != len(tc.wantErr) {
+				t.Errorf("got %d errors, want %d:\n%v", len(errs), len(tc.wantErr), err)
+			}
+			for _, want := range tc.wantErr {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error does not contain %q:\n%v", want, err)
+				}
+			}
+		})
+	}
+}
+
+// The commented example is the reference documentation of every field:
+// it must say exactly what the built-in default is.
+func TestExampleIsDefault(t *testing.T) {
+	cfg, err := Load("example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(cfg, Default()) {
+		t.Errorf("example.yaml differs from Default():\n got %+v\nwant %+v", cfg, Default())
+	}
+	if err := Default().Validate(); err != nil {
+		t.Errorf("default config invalid: %v", err)
+	}
+}
+
+func TestDefaultsFollowModality(t *testing.T) {
+	cfg, err := Parse([]byte("pipelines:\n  - {name: t, modality: text, input: {subject: a.b}}\n  - {name: v, modality: video, input: {subject: c.d}}\n"), "x.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Pipelines[0].Batch.Size; got != 256 {
+		t.Errorf("text batch size = %d, want the text default 256", got)
+	}
+	if got := cfg.Pipelines[1].Image.Width; got != 32 {
+		t.Errorf("video width = %d, want the video default 32", got)
+	}
+	if got := cfg.Pipelines[1].Output.Subject; got != "smtd.out.v" {
+		t.Errorf("output subject = %q, want smtd.out.v", got)
+	}
+	if got := cfg.Checkpoint.Every; got != 5*time.Minute {
+		t.Errorf("checkpoint.every = %v, want 5m", got)
+	}
+}
+
+func TestLiveChanges(t *testing.T) {
+	old := Default()
+	new := Default()
+	new.Pipelines[0].KMeans.LearningRate = 0.5
+	new.Pipelines[2].Batch.Timeout = time.Second
+	new.Pipelines[0].KMeans.Atoms = 512
+	new.Pipelines[1].Input.Subject = "other"
+	live, refused := LiveChanges(old, new)
+	wantLive := []string{"pipelines[0].kmeans.learning_rate", "pipelines[2].batch.timeout"}
+	wantRefused := []string{"pipelines[0].kmeans.atoms", "pipelines[1].input.subject"}
+	if !reflect.DeepEqual(live, wantLive) {
+		t.Errorf("live = %v, want %v", live, wantLive)
+	}
+	if !reflect.DeepEqual(refused, wantRefused) {
+		t.Errorf("refused = %v, want %v", refused, wantRefused)
+	}
+}
+
+func TestSubjectsOverlap(t *testing.T) {
+	for _, tc := range []struct {
+		a, b string
+		want bool
+	}{
+		{"a.b", "a.b", true},
+		{"a.b", "a.c", false},
+		{"a.*", "a.c", true},
+		{"a.>", "a.c.d", true},
+		{"a.*", "a.c.d", false},
+		{"a", "a.b", false},
+	} {
+		if got := subjectsOverlap(tc.a, tc.b); got != tc.want {
+			t.Errorf("subjectsOverlap(%q, %q) = %v, want %v", tc.a, tc.b, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,79 @@
+package config
+
+import "time"
+
+// Default returns the configuration the daemon runs with when no file is
+// given: an embedded NATS server on 127.0.0.1:4222 with JetStream, data
+// under ./smtd-data, and one pipeline per modality:
+//
+//	images  smtd.in.images → smtd.out.images  (28x28 gray, 6x6 patches, k-means K=256)
+//	frames  smtd.in.frames → smtd.out.frames  (32x32 gray video frames)
+//	words   smtd.in.words  → smtd.out.words   (UTF-8 text, word tokens)
+func Default() *Config {
+	return &Config{
+		Log:     Log{Level: "info", Format: "json"},
+		DataDir: "./smtd-data",
+		NATS: NATS{
+			Listen:         "127.0.0.1:4222",
+			MaxPayload:     8 << 20,
+			StreamMaxBytes: 1 << 30,
+			StreamMaxAge:   24 * time.Hour,
+		},
+		Service: Service{Name: "smtd", Prefix: "smtd"},
+		Checkpoint: Checkpoint{
+			EverySamples: 10000,
+			Every:        5 * time.Minute,
+			Keep:         3,
+			ObjectStore:  true,
+		},
+		Pipelines: []Pipeline{
+			DefaultPipeline(Image, "images"),
+			DefaultPipeline(Video, "frames"),
+			DefaultPipeline(Text, "words"),
+		},
+	}
+}
+
+// DefaultPipeline returns the defaults of a pipeline of modality m named
+// name. An unknown modality gets the image defaults.
+func DefaultPipeline(m Modality, name string) Pipeline {
+	p := Pipeline{
+		Name:     name,
+		Modality: m,
+		Seed:     1,
+		Input: Input{
+			Transport: JetStream,
+			MaxBytes:  4 << 20,
+		},
+		Output: Output{Subject: "smtd.out." + name, Encoding: Float32},
+		Batch:  Batch{Size: 32, Timeout: 100 * time.Millisecond},
+		Image:  ImageShape{Width: 28, Height: 28, Channels: 1},
+		Patches: Patches{
+			Size:    6,
+			Stride:  1,
+			Mean:    "contextual",
+			Context: 1,
+			MinNorm: 0.1,
+		},
+		Whiten: Whiten{Lambda: 0.1, RefreshEvery: 64, FreezeAfter: 1000000},
+		KMeans: KMeans{
+			Atoms:        256,
+			LearningRate: 1,
+			Code:         CodeVQ,
+			Threshold:    0.3,
+			ReseedAfter:  100,
+		},
+		Text: TextSettings{Vocabulary: 50000, MaxTokens: 10000},
+	}
+	switch m {
+	case Image:
+		p.Input.Subject = "smtd.in.images"
+	case Video:
+		p.Input.Subject = "smtd.in.frames"
+		p.Image = ImageShape{Width: 32, Height: 32, Channels: 1}
+	case Text:
+		p.Input.Subject = "smtd.in.words"
+		p.Batch.Size = 256
+	}
+	return p
+}

@@ -1,0 +1,226 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"reflect"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Error is one problem in a configuration file.
+type Error struct {
+	File  string // the file, or "<default>" for the built-in config
+	Line  int    // 1-based; 0 when the field is absent from the file
+	Field string // the field's path, e.g. pipelines[0].kmeans.atoms
+	Msg   string
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString(e.File)
+	if e.Line > 0 {
+		fmt.Fprintf(&b, ":%d", e.Line)
+	}
+	if e.Field != "" {
+		b.WriteString(": ")
+		b.WriteString(e.Field)
+	}
+	b.WriteString(": ")
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// Errors is every problem found in one file, in file order.
+type Errors []*Error
+
+func (es Errors) Error() string {
+	msgs := make([]string, len(es))
+	for i, e := range es {
+		msgs[i] = e.Error()
+	}
+	return strings.Join(msgs, "\n")
+}
+
+// Load reads, decodes, completes with defaults and validates the file at
+// path. Every problem is reported at once as Errors.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return Parse(data, path)
+}
+
+// Parse is Load for a file already in memory; file names it in errors.
+//
+// Decoding is strict: an unknown key or a value of the wrong type is an
+// error. A field absent from the file takes its documented default (the
+// defaults of a pipeline depend on its modality); a field present in the
+// file is validated as written, so "atoms: 0" is refused rather than
+// replaced by the default.
+func Parse(data []byte, file string) (*Config, error) {
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return nil, Errors{{File: file, Msg: strings.TrimPrefix(err.Error(), "yaml: ")}}
+	}
+	present := map[string]int{}
+	var errs Errors
+	if len(root.Content) > 0 {
+		errs = walk(file, root.Content[0], reflect.TypeFor[Config](), "", present)
+	}
+	var cfg Config
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+		var te *yaml.TypeError
+		if !errors.As(err, &te) {
+			return nil, append(errs, &Error{File: file, Msg: err.Error()})
+		}
+		for _, msg := range te.Errors {
+			if strings.Contains(msg, "not found in type") {
+				continue // reported by walk, with the field's path
+			}
+			var line int
+			if _, err := fmt.Sscanf(msg, "line %d:", &line); err == nil {
+				msg = msg[strings.Index(msg, ":")+2:]
+			}
+			errs = append(errs, &Error{File: file, Line: line, Msg: msg})
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	applyDefaults(&cfg, present)
+	if errs := cfg.validate(file, present); len(errs) > 0 {
+		return nil, errs
+	}
+	return &cfg, nil
+}
+
+// walk records the line of every field present in the file under its path
+// and reports keys that name no field of t.
+func walk(file string, n *yaml.Node, t reflect.Type, path string, present map[string]int) Errors {
+	var errs Errors
+	switch {
+	case n.Kind == yaml.MappingNode && t.Kind() == reflect.Struct:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			key, val := n.Content[i], n.Content[i+1]
+			f, ok := fieldByTag(t, key.Value)
+			p := join(path, key.Value)
+			if !ok {
+				errs = append(errs, &Error{File: file, Line: key.Line, Field: p, Msg: "unknown field"})
+				continue
+			}
+			present[p] = key.Line
+			errs = append(errs, walk(file, val, f.Type, p, present)...)
+		}
+	case n.Kind == yaml.SequenceNode && t.Kind() == reflect.Slice:
+		for i, el := range n.Content {
+			p := fmt.Sprintf("%s[%d]", path, i)
+			present[p] = el.Line
+			errs = append(errs, walk(file, el, t.Elem(), p, present)...)
+		}
+	}
+	return errs
+}
+
+func fieldByTag(t reflect.Type, name string) (reflect.StructField, bool) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if yamlName(f) == name {
+			return f, true
+		}
+	}
+	return reflect.StructField{}, false
+}
+
+func yamlName(f reflect.StructField) string {
+	name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+	return name
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+// applyDefaults fills every field absent from the file with its default.
+func applyDefaults(cfg *Config, present map[string]int) {
+	def := Default()
+	if _, ok := present["pipelines"]; !ok {
+		cfg.Pipelines = def.Pipelines
+	}
+	fill(reflect.ValueOf(cfg).Elem(), reflect.ValueOf(def).Elem(), "", present)
+	for i := range cfg.Pipelines {
+		p := &cfg.Pipelines[i]
+		path := fmt.Sprintf("pipelines[%d]", i)
+		if _, ok := present[path+".modality"]; !ok {
+			p.Modality = Image
+		}
+		d := DefaultPipeline(p.Modality, p.Name)
+		fill(reflect.ValueOf(p).Elem(), reflect.ValueOf(&d).Elem(), path, present)
+	}
+}
+
+// fill copies each leaf of def into v unless the file set it. Slices are
+// left alone: pipelines are filled one by one with their modality's
+// defaults.
+func fill(v, def reflect.Value, path string, present map[string]int) {
+	for i := range v.NumField() {
+		f := v.Type().Field(i)
+		p := join(path, yamlName(f))
+		switch f.Type.Kind() {
+		case reflect.Struct:
+			fill(v.Field(i), def.Field(i), p, present)
+		case reflect.Slice:
+		default:
+			if _, ok := present[p]; !ok {
+				v.Field(i).Set(def.Field(i))
+			}
+		}
+	}
+}
+
+// LiveChanges compares two valid configurations. It returns the paths of
+// the fields that differ and may change while the daemon runs (tagged
+// live), and of those that differ and may not.
+func LiveChanges(old, new *Config) (live, refused []string) {
+	if len(old.Pipelines) != len(new.Pipelines) {
+		refused = append(refused, "pipelines")
+	}
+	diff(reflect.ValueOf(old).Elem(), reflect.ValueOf(new).Elem(), "", &live, &refused)
+	return live, refused
+}
+
+func diff(a, b reflect.Value, path string, live, refused *[]string) {
+	switch a.Kind() {
+	case reflect.Struct:
+		for i := range a.NumField() {
+			f := a.Type().Field(i)
+			p := join(path, yamlName(f))
+			if f.Type.Kind() == reflect.Struct || f.Type.Kind() == reflect.Slice {
+				diff(a.Field(i), b.Field(i), p, live, refused)
+				continue
+			}
+			if a.Field(i).Equal(b.Field(i)) {
+				continue
+			}
+			if f.Tag.Get("live") == "true" {
+				*live = append(*live, p)
+			} else {
+				*refused = append(*refused, p)
+			}
+		}
+	case reflect.Slice:
+		for i := range min(a.Len(), b.Len()) {
+			diff(a.Index(i), b.Index(i), fmt.Sprintf("%s[%d]", path, i), live, refused)
+		}
+	}
+}

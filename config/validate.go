@@ -1,0 +1,197 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+var pipelineName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
+
+// Validate checks a configuration built in code (not read from a file).
+func (c *Config) Validate() error {
+	if errs := c.validate("<config>", nil); len(errs) > 0 {
+		return errs
+	}
+	return nil
+}
+
+// validator collects errors with the line each field has in the file.
+type validator struct {
+	file    string
+	present map[string]int
+	errs    Errors
+}
+
+func (v *validator) check(ok bool, field, format string, args ...any) {
+	if !ok {
+		v.errs = append(v.errs, &Error{File: v.file, Line: v.line(field), Field: field, Msg: fmt.Sprintf(format, args...)})
+	}
+}
+
+// line finds the line of field or of its nearest parent present in the file.
+func (v *validator) line(field string) int {
+	for p := field; p != ""; {
+		if l, ok := v.present[p]; ok {
+			return l
+		}
+		i := strings.LastIndexAny(p, ".[")
+		if i < 0 {
+			break
+		}
+		p = p[:i]
+	}
+	return 0
+}
+
+func oneOf(s string, set ...string) bool {
+	for _, x := range set {
+		if s == x {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *Config) validate(file string, present map[string]int) Errors {
+	v := &validator{file: file, present: present}
+	v.check(oneOf(c.Log.Level, "debug", "info", "warn", "error"), "log.level", "must be debug, info, warn or error, got %q", c.Log.Level)
+	v.check(oneOf(c.Log.Format, "json", "console"), "log.format", "must be json or console, got %q", c.Log.Format)
+	v.check(c.DataDir != "", "data_dir", "must not be empty")
+	if c.NATS.URL == "" {
+		v.check(validListen(c.NATS.Listen), "nats.listen", "must be host:port with port -1..65535, got %q", c.NATS.Listen)
+	}
+	v.check(c.NATS.MaxPayload > 0 && c.NATS.MaxPayload <= 64<<20, "nats.max_payload", "must be in 1..67108864 bytes, got %d", c.NATS.MaxPayload)
+	v.check(c.NATS.StreamMaxBytes > 0, "nats.stream_max_bytes", "must be > 0, got %d", c.NATS.StreamMaxBytes)
+	v.check(c.NATS.StreamMaxAge > 0, "nats.stream_max_age", "must be > 0, got %s", c.NATS.StreamMaxAge)
+	v.check(validSubject(c.Service.Name, false) && !strings.Contains(c.Service.Name, "."), "service.name", "must be one subject token, got %q", c.Service.Name)
+	v.check(validSubject(c.Service.Prefix, false), "service.prefix", "must be a subject without wildcards, got %q", c.Service.Prefix)
+	v.check(c.Checkpoint.EverySamples > 0, "checkpoint.every_samples", "must be > 0, got %d", c.Checkpoint.EverySamples)
+	v.check(c.Checkpoint.Every > 0, "checkpoint.every", "must be > 0, got %s", c.Checkpoint.Every)
+	v.check(c.Checkpoint.Keep >= 1, "checkpoint.keep", "must be >= 1, got %d", c.Checkpoint.Keep)
+
+	v.check(len(c.Pipelines) > 0, "pipelines", "at least one pipeline is needed")
+	names := map[string]string{}
+	subjects := map[string]string{} // subject → the field that uses it
+	for i := range c.Pipelines {
+		p := &c.Pipelines[i]
+		path := fmt.Sprintf("pipelines[%d]", i)
+		v.check(pipelineName.MatchString(p.Name), path+".name", "must match %s, got %q", pipelineName, p.Name)
+		if other, dup := names[p.Name]; dup {
+			v.check(false, path+".name", "duplicate pipeline name %q (also %s)", p.Name, other)
+		}
+		names[p.Name] = path + ".name"
+		c.validatePipeline(v, p, path)
+		for _, s := range []struct{ field, subject string }{
+			{path + ".input.subject", p.Input.Subject},
+			{path + ".output.subject", p.Output.Subject},
+		} {
+			for other, field := range subjects {
+				if subjectsOverlap(s.subject, other) {
+					v.check(false, s.field, "duplicate subject %q overlaps %q of %s", s.subject, other, field)
+				}
+			}
+			if strings.HasPrefix(s.subject, c.Service.Prefix+".") && !strings.HasPrefix(s.subject, c.Service.Prefix+".in.") && !strings.HasPrefix(s.subject, c.Service.Prefix+".out.") {
+				v.check(false, s.field, "subject %q is reserved for the daemon's own %s.* subjects (use %s.in.* or %s.out.*)", s.subject, c.Service.Prefix, c.Service.Prefix, c.Service.Prefix)
+			}
+			subjects[s.subject] = s.field
+		}
+	}
+	return v.errs
+}
+
+func (c *Config) validatePipeline(v *validator, p *Pipeline, path string) {
+	f := func(name string) string { return path + "." + name }
+	v.check(oneOf(string(p.Modality), string(Image), string(Video), string(Text)), f("modality"), "must be image, video or text, got %q", p.Modality)
+	v.check(validSubject(p.Input.Subject, true), f("input.subject"), "must be a NATS subject, got %q", p.Input.Subject)
+	v.check(oneOf(p.Input.Transport, JetStream, Core), f("input.transport"), "must be jetstream or core, got %q", p.Input.Transport)
+	v.check(p.Input.Stream == "" || validStreamName(p.Input.Stream), f("input.stream"), "must be a stream name (no spaces, '.', '*', '>'), got %q", p.Input.Stream)
+	v.check(p.Input.MaxBytes > 0 && p.Input.MaxBytes <= c.NATS.MaxPayload, f("input.max_bytes"), "must be in 1..nats.max_payload (%d), got %d", c.NATS.MaxPayload, p.Input.MaxBytes)
+	v.check(validSubject(p.Output.Subject, false), f("output.subject"), "must be a NATS subject without wildcards, got %q", p.Output.Subject)
+	v.check(oneOf(p.Output.Encoding, Float32, JSON), f("output.encoding"), "must be float32 or json, got %q", p.Output.Encoding)
+	v.check(p.Batch.Size >= 1 && p.Batch.Size <= 65536, f("batch.size"), "must be in 1..65536, got %d", p.Batch.Size)
+	v.check(p.Batch.Timeout > 0, f("batch.timeout"), "must be > 0, got %s", p.Batch.Timeout)
+	if p.Modality == Text {
+		v.check(p.Text.Vocabulary >= 1 && p.Text.Vocabulary <= 1<<24, f("text.vocabulary"), "must be in 1..16777216, got %d", p.Text.Vocabulary)
+		v.check(p.Text.MaxTokens >= 1, f("text.max_tokens"), "must be >= 1, got %d", p.Text.MaxTokens)
+		return
+	}
+	im := p.Image
+	v.check(im.Width >= 1 && im.Width <= 8192, f("image.width"), "must be in 1..8192, got %d", im.Width)
+	v.check(im.Height >= 1 && im.Height <= 8192, f("image.height"), "must be in 1..8192, got %d", im.Height)
+	v.check(im.Channels == 1 || im.Channels == 3, f("image.channels"), "must be 1 or 3, got %d", im.Channels)
+	pt := p.Patches
+	v.check(pt.Size >= 1, f("patches.size"), "must be >= 1, got %d", pt.Size)
+	v.check(pt.Size <= im.Width && pt.Size <= im.Height, f("patches.size"), "patch %dx%d is larger than the %dx%d image", pt.Size, pt.Size, im.Width, im.Height)
+	v.check(pt.Stride >= 1, f("patches.stride"), "must be >= 1, got %d", pt.Stride)
+	v.check(oneOf(pt.Mean, "none", "patch", "contextual"), f("patches.mean"), "must be none, patch or contextual, got %q", pt.Mean)
+	v.check(pt.Context >= 0, f("patches.context"), "must be >= 0, got %d", pt.Context)
+	v.check(pt.Mean != "contextual" || pt.Context >= 1, f("patches.context"), "must be >= 1 with contextual mean, got %d", pt.Context)
+	v.check(pt.MinNorm >= 0, f("patches.min_norm"), "must be >= 0, got %g", pt.MinNorm)
+	w := p.Whiten
+	v.check(w.Lambda > 0, f("whiten.lambda"), "must be > 0, got %g", w.Lambda)
+	v.check(w.RefreshEvery >= 1, f("whiten.refresh_every"), "must be >= 1, got %d", w.RefreshEvery)
+	v.check(w.FreezeAfter >= 0, f("whiten.freeze_after"), "must be >= 0, got %d", w.FreezeAfter)
+	k := p.KMeans
+	v.check(k.Atoms >= 1 && k.Atoms <= 1<<20, f("kmeans.atoms"), "must be in 1..1048576, got %d", k.Atoms)
+	v.check(k.LearningRate > 0 && k.LearningRate <= 1, f("kmeans.learning_rate"), "must be in (0, 1], got %g", k.LearningRate)
+	v.check(k.Decay >= 0, f("kmeans.decay"), "must be >= 0, got %g", k.Decay)
+	v.check(oneOf(k.Code, CodeVQ, CodeGQ), f("kmeans.code"), "must be vq or gq, got %q", k.Code)
+	v.check(k.Threshold >= -1 && k.Threshold <= 1, f("kmeans.threshold"), "must be a cosine in [-1, 1], got %g", k.Threshold)
+	v.check(k.ReseedAfter >= 1, f("kmeans.reseed_after"), "must be >= 1, got %d", k.ReseedAfter)
+}
+
+func validListen(s string) bool {
+	_, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return false
+	}
+	n, err := strconv.Atoi(port)
+	return err == nil && n >= -1 && n <= 65535
+}
+
+// validSubject reports whether s is a NATS subject: non-empty tokens
+// separated by '.', no white space, and wildcards ('*', or '>' as the last
+// token) only if wild.
+func validSubject(s string, wild bool) bool {
+	if s == "" || strings.ContainsAny(s, " \t\r\n") {
+		return false
+	}
+	toks := strings.Split(s, ".")
+	for i, t := range toks {
+		switch {
+		case t == "":
+			return false
+		case t == "*" || (t == ">" && i == len(toks)-1):
+			if !wild {
+				return false
+			}
+		case strings.ContainsAny(t, "*>"):
+			return false
+		}
+	}
+	return true
+}
+
+func validStreamName(s string) bool {
+	return s != "" && !strings.ContainsAny(s, " \t\r\n.*>/\\")
+}
+
+// subjectsOverlap reports whether some subject matches both patterns.
+func subjectsOverlap(a, b string) bool {
+	ta, tb := strings.Split(a, "."), strings.Split(b, ".")
+	for i := 0; ; i++ {
+		switch {
+		case i == len(ta) && i == len(tb):
+			return true
+		case i < len(ta) && ta[i] == ">", i < len(tb) && tb[i] == ">":
+			return true
+		case i == len(ta) || i == len(tb):
+			return false
+		case ta[i] != tb[i] && ta[i] != "*" && tb[i] != "*":
+			return false
+		}
+	}
+}
