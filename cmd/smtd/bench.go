@@ -1,0 +1,45 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"slices"
+
+	"github.com/smtd/smtd/bench"
+)
+
+// benchmarks are the measurements behind BENCHMARKS.md.
+var benchmarks = map[string]struct {
+	run  func(ctx context.Context, w io.Writer, args []string) error
+	help string
+}{
+	"kmeans": {bench.KMeans, "online spherical k-means: learning and assignment patches/s on whitened 6x6 MNIST patches, next to gonum dgemm GFLOP/s"},
+	"memory": {bench.Memory, "resident memory at 10% and 100% of a long MNIST replay through the daemon (default one million patches)"},
+}
+
+func benchCmd(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
+		fmt.Fprintf(stderr, "Usage: smtd bench NAME [flags]\n\nEach prints one \"name: value\" line per figure. NAME is one of:\n")
+		names := sortedKeys(benchmarks)
+		slices.Sort(names)
+		for _, n := range names {
+			fmt.Fprintf(stderr, "  %-10s %s\n", n, benchmarks[n].help)
+		}
+		fmt.Fprintf(stderr, "\nRun \"smtd bench NAME --help\" for its flags.\n")
+		if len(args) == 0 {
+			return errUsage
+		}
+		return nil
+	}
+	b, ok := benchmarks[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "smtd bench: unknown benchmark %q (smtd bench --help lists them)\n", args[0])
+		return errUsage
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	return b.run(ctx, stdout, args[1:])
+}

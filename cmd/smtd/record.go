@@ -1,0 +1,100 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/smtd/smtd/record"
+)
+
+const defaultServer = "nats://127.0.0.1:4222"
+
+func recordCmd(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("record", "smtd record [flags] SUBJECT...", stderr)
+	server := fs.String("server", defaultServer, "NATS server `URL`")
+	out := fs.String("out", "", "recording `file` to write (required)")
+	count := fs.Int("count", 0, "stop after this many messages (0: until --duration or Ctrl-C)")
+	duration := fs.Duration("duration", 0, "stop after this long (0: until --count or Ctrl-C)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *out == "" || fs.NArg() == 0 {
+		fs.Usage()
+		return errUsage
+	}
+	nc, err := nats.Connect(*server, nats.Name("smtd record"))
+	if err != nil {
+		return fmt.Errorf("smtd record: connecting to %s: %w", *server, err)
+	}
+	defer nc.Close()
+	f, err := os.Create(*out)
+	if err != nil {
+		return err
+	}
+	bw := bufio.NewWriter(f)
+	w, err := record.NewWriter(bw)
+	if err != nil {
+		f.Close()
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if *duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, *duration)
+		defer cancel()
+	}
+	n, err := record.Capture(ctx, nc, fs.Args(), w, record.CaptureOptions{Count: *count})
+	if ferr := bw.Flush(); err == nil {
+		err = ferr
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	fmt.Fprintf(stdout, "recorded %d messages to %s\n", n, *out)
+	return err
+}
+
+func replayCmd(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("replay", "smtd replay [flags] FILE", stderr)
+	server := fs.String("server", defaultServer, "NATS server `URL`")
+	rate := fs.Bool("rate", false, "keep the recorded time between messages (default: as fast as possible)")
+	speed := fs.Float64("speed", 1, "with --rate, play this many times faster than recorded")
+	subject := fs.String("subject", "", "publish every message to this subject instead of its recorded one")
+	js := fs.Bool("jetstream", true, "publish through JetStream and wait for every acknowledgement (the subject must be captured by a stream, as the daemon's inputs are); false publishes plain core NATS messages")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 || *speed <= 0 {
+		fs.Usage()
+		return errUsage
+	}
+	f, err := os.Open(fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	r, err := record.NewReader(bufio.NewReader(f))
+	if err != nil {
+		return fmt.Errorf("%s: %w", fs.Arg(0), err)
+	}
+	nc, err := nats.Connect(*server, nats.Name("smtd replay"))
+	if err != nil {
+		return fmt.Errorf("smtd replay: connecting to %s: %w", *server, err)
+	}
+	defer nc.Close()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	start := time.Now()
+	n, err := record.Replay(ctx, nc, r, record.ReplayOptions{Subject: *subject, Rate: *rate, Speed: *speed, JetStream: *js})
+	fmt.Fprintf(stdout, "replayed %d messages in %s\n", n, time.Since(start).Round(time.Millisecond))
+	return err
+}

@@ -1,0 +1,260 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+	"github.com/rs/zerolog"
+
+	"github.com/smtd/smtd/config"
+)
+
+// Version is the daemon's version, reported by the micro service.
+const Version = "0.1.0"
+
+// Options are the daemon's settings that do not come from the config file.
+type Options struct {
+	// ConfigPath is the file a reload without a body re-reads; empty when
+	// the daemon runs on the built-in default.
+	ConfigPath string
+	// Logger receives the daemon's logs. Its level is changed by reloads
+	// that change log.level, so pass a logger built with NewLogger.
+	Logger *Logger
+}
+
+// Daemon hosts the pipelines of one configuration.
+type Daemon struct {
+	opts Options
+	log  zerolog.Logger
+
+	mu            sync.Mutex // guards cfg and configVersion (reloads)
+	cfg           *config.Config
+	configVersion int
+
+	server *server.Server // nil with an external server
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	store  *checkpointStore // nil when disabled or unavailable
+	svc    micro.Service
+
+	pipelines []*pipeline
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+
+	shutdownOnce sync.Once
+	shutdownErr  error
+}
+
+// New returns a daemon for cfg; Start brings it up.
+func New(cfg *config.Config, opts Options) (*Daemon, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.Logger == nil {
+		opts.Logger = NewLogger(os.Stderr, "json")
+	}
+	opts.Logger.SetLevel(cfg.Log.Level)
+	return &Daemon{opts: opts, cfg: cfg, configVersion: 1, log: opts.Logger.Logger}, nil
+}
+
+// Start starts (or connects to) NATS, restores every pipeline from its
+// latest checkpoint, subscribes the pipelines and registers the micro
+// service. The pipelines run until Shutdown. If Start fails, everything it
+// started is stopped again.
+func (d *Daemon) Start(ctx context.Context) (err error) {
+	defer func() {
+		if err != nil {
+			d.Shutdown(context.Background())
+		}
+	}()
+	if d.cfg.NATS.URL == "" {
+		if d.server, err = d.startEmbedded(); err != nil {
+			return err
+		}
+		d.log.Info().Str("url", d.server.ClientURL()).Str("store", filepath.Join(d.cfg.DataDir, "nats")).Msg("embedded NATS server with JetStream started")
+	}
+	if d.nc, err = d.connect(); err != nil {
+		return err
+	}
+	if d.js, err = jetstream.New(d.nc); err != nil {
+		return fmt.Errorf("smtd: JetStream: %w", err)
+	}
+	if d.cfg.Checkpoint.ObjectStore {
+		if d.store, err = newCheckpointStore(ctx, d.js); err != nil {
+			d.log.Warn().Err(err).Msg("checkpoints go to disk only")
+			d.store, err = nil, nil
+		}
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	d.cancel = cancel
+	for _, pc := range d.cfg.Pipelines {
+		pl := newPipeline(d, pc)
+		if err := d.restore(ctx, pl); err != nil {
+			return err
+		}
+		pl.publishSnapshot()
+		if pc.Input.Transport == config.Core {
+			pl.in, err = newCoreIntake(d.nc, &pl.cfg)
+		} else {
+			pl.in, pl.stream, err = newJSIntake(ctx, d.js, d.cfg, &pl.cfg, pl.lastSeq)
+		}
+		if err != nil {
+			return err
+		}
+		d.pipelines = append(d.pipelines, pl)
+		d.log.Info().Str("pipeline", pc.Name).Str("modality", string(pc.Modality)).Str("input", pc.Input.Subject).
+			Str("transport", pc.Input.Transport).Str("stream", pl.stream).Str("output", pc.Output.Subject).
+			Uint64("model_version", pl.version).Uint64("resume_after_seq", pl.lastSeq).Msg("pipeline started")
+	}
+	for _, pl := range d.pipelines {
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			pl.run(runCtx)
+		}()
+	}
+	if d.svc, err = d.addService(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// restore loads the newest checkpoint of pl, from disk or from the object
+// store, whichever is newer. A checkpoint that does not fit is an error:
+// the daemon refuses to start rather than train a half-loaded model.
+func (d *Daemon) restore(ctx context.Context, pl *pipeline) error {
+	var best *Checkpoint
+	var from string
+	files, err := checkpointFiles(d.checkpointDir(pl.cfg.Name))
+	if err != nil {
+		return err
+	}
+	if len(files) > 0 {
+		from = files[len(files)-1]
+		if best, err = ReadCheckpoint(from); err != nil {
+			return err
+		}
+	}
+	if d.store != nil {
+		data, name, err := d.store.get(ctx, pl.cfg.Name)
+		if err != nil {
+			d.log.Warn().Err(err).Str("pipeline", pl.cfg.Name).Msg("reading the latest checkpoint from JetStream")
+		} else if data != nil {
+			c, err := DecodeCheckpoint(data)
+			if err != nil {
+				return fmt.Errorf("object %s/%s: %w", checkpointBucket, name, err)
+			}
+			if best == nil || c.ModelVersion > best.ModelVersion {
+				best, from = c, checkpointBucket+"/"+name
+			}
+		}
+	}
+	if best == nil {
+		return nil
+	}
+	if err := pl.restore(best); err != nil {
+		return fmt.Errorf("restoring %s: %w", from, err)
+	}
+	d.log.Info().Str("pipeline", pl.cfg.Name).Str("from", from).Uint64("model_version", best.ModelVersion).
+		Int64("samples", best.Samples).Uint64("last_seq", best.LastSeq).Msg("checkpoint restored")
+	return nil
+}
+
+func (d *Daemon) checkpointDir(pipeline string) string {
+	return filepath.Join(d.cfg.DataDir, "checkpoints", pipeline)
+}
+
+// Run starts the daemon and serves until ctx is done, then shuts down.
+func (d *Daemon) Run(ctx context.Context) error {
+	if err := d.Start(ctx); err != nil {
+		return err
+	}
+	d.log.Info().Int("pipelines", len(d.pipelines)).Msg("smtd running")
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return d.Shutdown(sctx)
+}
+
+// Shutdown stops intake, lets every pipeline finish its batch in flight and
+// write a last checkpoint, stops the service, drains the connection and
+// stops the embedded server. It is idempotent: later calls wait for
+// nothing and return the first call's result.
+func (d *Daemon) Shutdown(ctx context.Context) error {
+	d.shutdownOnce.Do(func() {
+		if d.cancel != nil {
+			d.cancel()
+		}
+		done := make(chan struct{})
+		go func() {
+			d.wg.Wait()
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			d.shutdownErr = fmt.Errorf("smtd: shutdown: pipelines still running: %w", ctx.Err())
+		}
+		if d.svc != nil {
+			d.svc.Stop()
+		}
+		if d.nc != nil {
+			if err := d.nc.Drain(); err != nil {
+				d.nc.Close()
+			}
+			for d.nc.IsDraining() && ctx.Err() == nil {
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+		if d.server != nil {
+			d.server.Shutdown()
+			d.server.WaitForShutdown()
+		}
+		d.log.Info().Msg("smtd stopped")
+	})
+	return d.shutdownErr
+}
+
+// ClientURL is the URL clients reach NATS at: the embedded server's, or the
+// configured one.
+func (d *Daemon) ClientURL() string {
+	if d.server != nil {
+		return d.server.ClientURL()
+	}
+	return d.cfg.NATS.URL
+}
+
+// errorEvent is published on <prefix>.events.errors.
+type errorEvent struct {
+	Pipeline string `json:"pipeline"`
+	Subject  string `json:"subject"`
+	Seq      uint64 `json:"seq"`
+	Reason   string `json:"reason"`
+	Error    string `json:"error"`
+}
+
+// publishEvent publishes v as JSON on <prefix>.<suffix>. Events are best
+// effort: a failure is logged, never fatal.
+func (d *Daemon) publishEvent(suffix string, v any) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		d.log.Error().Err(err).Msg("encoding event")
+		return
+	}
+	d.mu.Lock()
+	subject := d.cfg.Subject(suffix)
+	d.mu.Unlock()
+	if err := d.nc.Publish(subject, data); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		d.log.Warn().Err(err).Str("subject", subject).Msg("publishing event")
+	}
+}

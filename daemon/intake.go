@@ -1,0 +1,181 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/smtd/smtd/config"
+)
+
+// inMsg is one raw input message with its stream sequence.
+type inMsg struct {
+	header nats.Header
+	data   []byte
+	seq    uint64
+	ack    func() error // acknowledges this message and all before it; nil on core NATS
+}
+
+// intake cuts a pipeline's input into minibatches.
+type intake interface {
+	// next returns up to max messages: as soon as max have arrived, or
+	// what arrived within wait. With wait 0 it blocks until exactly max
+	// have arrived or ctx is done (deterministic mode); then a partial
+	// batch is returned with ctx's error.
+	next(ctx context.Context, max int, wait time.Duration) ([]inMsg, error)
+	stop()
+}
+
+// jsIntake reads a JetStream stream through a durable pull consumer.
+type jsIntake struct {
+	cons jetstream.Consumer
+}
+
+// consumerName is the durable consumer of a pipeline.
+func consumerName(p *config.Pipeline) string { return "smtd-" + p.Name }
+
+// newJSIntake makes sure the pipeline's stream exists and (re)creates its
+// durable consumer so that delivery starts right after lastSeq, the last
+// sequence the restored model has applied: messages applied after the
+// checkpoint but lost in a crash are read again, none is skipped.
+func newJSIntake(ctx context.Context, js jetstream.JetStream, cfg *config.Config, p *config.Pipeline, lastSeq uint64) (*jsIntake, string, error) {
+	stream, err := js.StreamNameBySubject(ctx, p.Input.Subject)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		stream = p.StreamName()
+		_, err = js.CreateStream(ctx, jetstream.StreamConfig{
+			Name:        stream,
+			Description: "smtd input of pipeline " + p.Name,
+			Subjects:    []string{p.Input.Subject},
+			Retention:   jetstream.LimitsPolicy,
+			Discard:     jetstream.DiscardOld,
+			MaxBytes:    cfg.NATS.StreamMaxBytes,
+			MaxAge:      cfg.NATS.StreamMaxAge,
+			Storage:     jetstream.FileStorage,
+		})
+		if err != nil {
+			return nil, "", fmt.Errorf("smtd: creating stream %s for %s: %w", stream, p.Input.Subject, err)
+		}
+	case err != nil:
+		return nil, "", fmt.Errorf("smtd: looking up the stream of %s: %w", p.Input.Subject, err)
+	}
+	name := consumerName(p)
+	if err := js.DeleteConsumer(ctx, stream, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil, "", fmt.Errorf("smtd: resetting consumer %s on %s: %w", name, stream, err)
+	}
+	cc := jetstream.ConsumerConfig{
+		Durable:       name,
+		Description:   "smtd pipeline " + p.Name,
+		FilterSubject: p.Input.Subject,
+		AckPolicy:     jetstream.AckAllPolicy,
+		AckWait:       5 * time.Minute,
+		MaxAckPending: 4 * p.Batch.Size,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	}
+	if lastSeq > 0 {
+		cc.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
+		cc.OptStartSeq = lastSeq + 1
+	}
+	cons, err := js.CreateConsumer(ctx, stream, cc)
+	if err != nil {
+		return nil, "", fmt.Errorf("smtd: creating consumer %s on %s: %w", name, stream, err)
+	}
+	return &jsIntake{cons: cons}, stream, nil
+}
+
+func (in *jsIntake) next(ctx context.Context, max int, wait time.Duration) ([]inMsg, error) {
+	var out []inMsg
+	for len(out) < max {
+		w := wait
+		if wait == 0 {
+			w = time.Second
+		}
+		// Fetch waits at most w; ctx is checked between fetches, so
+		// shutdown waits for at most one fetch.
+		b, err := in.cons.Fetch(max-len(out), jetstream.FetchMaxWait(w))
+		if err != nil {
+			return out, err
+		}
+		for m := range b.Messages() {
+			md, err := m.Metadata()
+			if err != nil {
+				continue // not a JetStream message; cannot happen on a pull consumer
+			}
+			out = append(out, inMsg{header: m.Headers(), data: m.Data(), seq: md.Sequence.Stream, ack: m.Ack})
+		}
+		if err := b.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
+			return out, err
+		}
+		if err := ctx.Err(); err != nil {
+			return out, err
+		}
+		if wait > 0 {
+			break
+		}
+	}
+	return out, nil
+}
+
+func (in *jsIntake) stop() {}
+
+// coreIntake reads a plain core NATS subscription. Messages carry an
+// arrival count instead of a stream sequence; they cannot be replayed.
+type coreIntake struct {
+	sub  *nats.Subscription
+	ch   chan *nats.Msg
+	done chan struct{}
+	seq  uint64
+}
+
+func newCoreIntake(nc *nats.Conn, p *config.Pipeline) (*coreIntake, error) {
+	in := &coreIntake{ch: make(chan *nats.Msg, 4*p.Batch.Size), done: make(chan struct{})}
+	sub, err := nc.Subscribe(p.Input.Subject, func(m *nats.Msg) {
+		select {
+		case in.ch <- m:
+		case <-in.done:
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("smtd: subscribing to %s: %w", p.Input.Subject, err)
+	}
+	// Bounded memory: while the pipeline is busy, messages wait in the
+	// client up to these limits; past them the client drops messages and
+	// reports a slow consumer (logged) instead of buffering without end.
+	if err := sub.SetPendingLimits(16*p.Batch.Size, 64<<20); err != nil {
+		sub.Unsubscribe()
+		return nil, err
+	}
+	in.sub = sub
+	return in, nil
+}
+
+func (in *coreIntake) next(ctx context.Context, max int, wait time.Duration) ([]inMsg, error) {
+	var out []inMsg
+	var timeout <-chan time.Time
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		timeout = t.C
+	}
+	for len(out) < max {
+		select {
+		case m := <-in.ch:
+			in.seq++
+			out = append(out, inMsg{header: m.Header, data: m.Data, seq: in.seq})
+		case <-timeout:
+			return out, nil
+		case <-ctx.Done():
+			return out, ctx.Err()
+		}
+	}
+	return out, nil
+}
+
+func (in *coreIntake) stop() {
+	close(in.done)
+	in.sub.Unsubscribe()
+}

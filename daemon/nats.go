@@ -1,0 +1,163 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+)
+
+// startEmbedded starts the embedded NATS server with JetStream, storing
+// under dataDir/nats, and waits until it accepts clients.
+func (d *Daemon) startEmbedded() (*server.Server, error) {
+	host, portStr, _ := net.SplitHostPort(d.cfg.NATS.Listen) // validated by config
+	port, _ := strconv.Atoi(portStr)
+	opts := &server.Options{
+		ServerName: "smtd",
+		Host:       host,
+		Port:       port,
+		JetStream:  true,
+		StoreDir:   filepath.Join(d.cfg.DataDir, "nats"),
+		MaxPayload: int32(d.cfg.NATS.MaxPayload),
+		NoSigs:     true,
+	}
+	s, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("smtd: embedded NATS server: %w", err)
+	}
+	s.SetLoggerV2(natsLogger{d.log.With().Str("component", "nats-server").Logger()}, false, false, false)
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		s.Shutdown()
+		return nil, fmt.Errorf("smtd: embedded NATS server did not start on %s (address in use?)", d.cfg.NATS.Listen)
+	}
+	return s, nil
+}
+
+// natsLogger sends the embedded server's logs to zerolog.
+type natsLogger struct{ log zerolog.Logger }
+
+func (l natsLogger) Noticef(format string, v ...any) { l.log.Info().Msgf(format, v...) }
+func (l natsLogger) Warnf(format string, v ...any)   { l.log.Warn().Msgf(format, v...) }
+func (l natsLogger) Fatalf(format string, v ...any)  { l.log.Error().Msgf(format, v...) }
+func (l natsLogger) Errorf(format string, v ...any)  { l.log.Error().Msgf(format, v...) }
+func (l natsLogger) Debugf(format string, v ...any)  { l.log.Debug().Msgf(format, v...) }
+func (l natsLogger) Tracef(format string, v ...any)  { l.log.Trace().Msgf(format, v...) }
+
+// connect connects to the embedded server or to the configured URL, and
+// logs every disconnect, reconnect and asynchronous error: a server restart
+// is survived, the client reconnects forever.
+func (d *Daemon) connect() (*nats.Conn, error) {
+	log := d.log.With().Str("component", "nats").Logger()
+	opts := []nats.Option{
+		nats.Name("smtd"),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(time.Second),
+		nats.ReconnectBufSize(64 << 20),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			log.Warn().Err(err).Msg("disconnected from NATS; reconnecting")
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			log.Info().Str("url", nc.ConnectedUrlRedacted()).Msg("reconnected to NATS")
+		}),
+		nats.ClosedHandler(func(*nats.Conn) { log.Info().Msg("NATS connection closed") }),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			ev := log.Error().Err(err)
+			if sub != nil {
+				ev = ev.Str("subject", sub.Subject)
+			}
+			ev.Msg("NATS asynchronous error")
+		}),
+	}
+	url := d.cfg.NATS.URL
+	if d.server != nil {
+		url = d.server.ClientURL()
+		opts = append(opts, nats.InProcessServer(d.server))
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("smtd: connecting to NATS at %s: %w", url, err)
+	}
+	return nc, nil
+}
+
+// checkpointStore keeps checkpoints in a JetStream object store, with a
+// key-value bucket whose key <pipeline> names the newest object.
+type checkpointStore struct {
+	obj    jetstream.ObjectStore
+	latest jetstream.KeyValue
+}
+
+const (
+	checkpointBucket = "smtd-checkpoints"
+	latestBucket     = "smtd-latest"
+)
+
+func newCheckpointStore(ctx context.Context, js jetstream.JetStream) (*checkpointStore, error) {
+	obj, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+		Bucket: checkpointBucket, Description: "smtd model checkpoints", Storage: jetstream.FileStorage,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("smtd: object store %s: %w", checkpointBucket, err)
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: latestBucket, Description: "smtd: newest checkpoint object per pipeline", History: 1, Storage: jetstream.FileStorage,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("smtd: key-value bucket %s: %w", latestBucket, err)
+	}
+	return &checkpointStore{obj: obj, latest: kv}, nil
+}
+
+// put stores a checkpoint, points latest at it, and deletes the pipeline's
+// objects older than the newest keep.
+func (s *checkpointStore) put(ctx context.Context, pipeline, name string, data []byte, keep int) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	obj := pipeline + "/" + name
+	if _, err := s.obj.PutBytes(ctx, obj, data); err != nil {
+		return "", err
+	}
+	if _, err := s.latest.PutString(ctx, pipeline, obj); err != nil {
+		return obj, err
+	}
+	infos, err := s.obj.List(ctx)
+	if err != nil && !errors.Is(err, jetstream.ErrNoObjectsFound) {
+		return obj, err
+	}
+	var mine []string
+	for _, in := range infos {
+		if len(in.Name) > len(pipeline) && in.Name[:len(pipeline)+1] == pipeline+"/" {
+			mine = append(mine, in.Name)
+		}
+	}
+	slices.Sort(mine)
+	for len(mine) > keep {
+		s.obj.Delete(ctx, mine[0])
+		mine = mine[1:]
+	}
+	return obj, nil
+}
+
+// get returns the newest checkpoint of a pipeline, or nil if there is none.
+func (s *checkpointStore) get(ctx context.Context, pipeline string) ([]byte, string, error) {
+	e, err := s.latest.Get(ctx, pipeline)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, "", nil
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	name := string(e.Value())
+	data, err := s.obj.GetBytes(ctx, name)
+	return data, name, err
+}

@@ -1,0 +1,366 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+	"gopkg.in/yaml.v3"
+
+	"github.com/smtd/smtd/config"
+)
+
+// snapshot is an immutable copy of a pipeline's model, for queries.
+type snapshot struct {
+	model   model
+	version uint64
+	cfg     config.Pipeline // the pipeline's config when the snapshot was taken
+}
+
+// counters are a pipeline's running totals, readable from any goroutine.
+type counters struct {
+	received, learned, rejected, published, checkpoints, rollbacks atomic.Int64
+	lastSeq                                                        atomic.Uint64
+	mu                                                             sync.Mutex
+	byReason                                                       map[string]int64
+}
+
+func (c *counters) reject(reason string) {
+	c.rejected.Add(1)
+	c.mu.Lock()
+	if c.byReason == nil {
+		c.byReason = map[string]int64{}
+	}
+	c.byReason[reason]++
+	c.mu.Unlock()
+}
+
+// tuneRequest hands a pipeline a new configuration whose differences are
+// all live fields.
+type tuneRequest struct {
+	p    config.Pipeline
+	ckpt config.Checkpoint
+	done chan struct{}
+}
+
+// checkpointRequest asks a pipeline to checkpoint now.
+type checkpointRequest struct {
+	done chan checkpointResult
+}
+
+type checkpointResult struct {
+	info *checkpointInfo
+	err  error
+}
+
+// pipeline is one input subject, its model and its output. One goroutine
+// (run) owns the model and everything below the mutex-free fields; other
+// goroutines read snapshot and counters, and talk to it through channels.
+type pipeline struct {
+	d    *Daemon
+	name string            // never changes; safe to read from any goroutine
+	cfg  config.Pipeline   // owned by run
+	ckpt config.Checkpoint // owned by run
+	log  zerolog.Logger
+	in   intake
+	// stream is the JetStream stream read, empty on core NATS.
+	stream string
+
+	model   model
+	src     *rand.PCG // the model's only source of randomness
+	version uint64
+	samples int64
+	lastSeq uint64
+
+	sinceCkpt     int64
+	lastCkptTime  time.Time
+	lastCkptSeq   uint64
+	lastGoodModel model
+
+	snap     atomic.Pointer[snapshot]
+	stats    counters
+	tune     chan tuneRequest
+	ckptReq  chan checkpointRequest
+	finished chan struct{}
+}
+
+func newPipeline(d *Daemon, p config.Pipeline) *pipeline {
+	src := rand.NewPCG(p.Seed, 0x736d7464) // "smtd"
+	pl := &pipeline{
+		d:        d,
+		name:     p.Name,
+		cfg:      p,
+		ckpt:     d.cfg.Checkpoint,
+		log:      d.log.With().Str("pipeline", p.Name).Logger(),
+		model:    newModel(&p, src),
+		src:      src,
+		tune:     make(chan tuneRequest),
+		ckptReq:  make(chan checkpointRequest),
+		finished: make(chan struct{}),
+	}
+	pl.model.tune(&p)
+	return pl
+}
+
+// restore loads c into the pipeline. Nothing changes unless all of it
+// fits: model sections, random source, and a config of the same shape.
+func (pl *pipeline) restore(c *Checkpoint) error {
+	if c.Pipeline != pl.cfg.Name || c.Modality != string(pl.cfg.Modality) {
+		return fmt.Errorf("%w: it is of pipeline %s (%s), not %s", ErrCheckpoint, c.Pipeline, c.Modality, pl.cfg.String())
+	}
+	var old config.Pipeline
+	if err := yaml.Unmarshal(c.Config, &old); err != nil {
+		return fmt.Errorf("%w: its config: %v", ErrCheckpoint, err)
+	}
+	if changed := shapeChanges(&old, &pl.cfg); len(changed) > 0 {
+		return fmt.Errorf("%w: trained with a different model shape (%v); move the checkpoint away or restore those settings", ErrCheckpoint, changed)
+	}
+	var src rand.PCG
+	if err := src.UnmarshalBinary(c.RNG); err != nil {
+		return fmt.Errorf("%w: random source: %v", ErrCheckpoint, err)
+	}
+	m := newModel(&pl.cfg, pl.src)
+	if err := m.restore(c.Sections); err != nil {
+		return fmt.Errorf("%w: %v", ErrCheckpoint, err)
+	}
+	m.tune(&pl.cfg)
+	*pl.src = src
+	pl.model = m
+	pl.version, pl.samples, pl.lastSeq = c.ModelVersion, c.Samples, c.LastSeq
+	pl.lastCkptSeq = c.LastSeq
+	pl.stats.lastSeq.Store(c.LastSeq)
+	return nil
+}
+
+// shapeChanges lists the fields that decide a model's shape and differ.
+func shapeChanges(a, b *config.Pipeline) []string {
+	var out []string
+	add := func(name string, x, y any) {
+		if x != y {
+			out = append(out, fmt.Sprintf("%s %v → %v", name, x, y))
+		}
+	}
+	add("modality", a.Modality, b.Modality)
+	if b.Modality == config.Text {
+		add("text.vocabulary", a.Text.Vocabulary, b.Text.Vocabulary)
+		return out
+	}
+	add("image", a.Image, b.Image)
+	add("patches.size", a.Patches.Size, b.Patches.Size)
+	add("patches.stride", a.Patches.Stride, b.Patches.Stride)
+	add("kmeans.atoms", a.KMeans.Atoms, b.KMeans.Atoms)
+	return out
+}
+
+// publishSnapshot makes the current model the one queries see.
+func (pl *pipeline) publishSnapshot() {
+	pl.lastGoodModel = pl.model.clone()
+	pl.snap.Store(&snapshot{model: pl.model.clone(), version: pl.version, cfg: pl.cfg})
+}
+
+// run is the pipeline's owner goroutine: it cuts batches, learns, publishes
+// outputs, acknowledges and checkpoints, until ctx is done; then it writes
+// a last checkpoint.
+func (pl *pipeline) run(ctx context.Context) {
+	defer close(pl.finished)
+	defer pl.in.stop()
+	pl.lastCkptTime = time.Now()
+	for {
+		select {
+		case r := <-pl.tune:
+			pl.applyTune(r)
+			continue
+		case r := <-pl.ckptReq:
+			info, err := pl.checkpoint(context.WithoutCancel(ctx))
+			r.done <- checkpointResult{info, err}
+			continue
+		default:
+		}
+		wait := pl.cfg.Batch.Timeout
+		if pl.cfg.Deterministic {
+			wait = 0
+		}
+		msgs, err := pl.in.next(ctx, pl.cfg.Batch.Size, wait)
+		if ctx.Err() != nil {
+			// Deterministic mode applies whole batches only: the partial
+			// batch is left unacknowledged and read again after a
+			// restart, so batch boundaries never depend on shutdowns.
+			if !pl.cfg.Deterministic && len(msgs) > 0 {
+				pl.process(msgs)
+			}
+			break
+		}
+		if err != nil && len(msgs) == 0 {
+			pl.log.Warn().Err(err).Msg("fetching input")
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		pl.process(msgs)
+		if pl.sinceCkpt >= pl.ckpt.EverySamples || (pl.sinceCkpt > 0 && time.Since(pl.lastCkptTime) >= pl.ckpt.Every) {
+			if _, err := pl.checkpoint(ctx); err != nil {
+				pl.log.Error().Err(err).Msg("checkpoint failed")
+			}
+		}
+	}
+	if pl.lastSeq != pl.lastCkptSeq || pl.sinceCkpt > 0 {
+		if _, err := pl.checkpoint(context.WithoutCancel(ctx)); err != nil {
+			pl.log.Error().Err(err).Msg("final checkpoint failed")
+		}
+	}
+}
+
+func (pl *pipeline) applyTune(r tuneRequest) {
+	pl.cfg = r.p
+	pl.ckpt = r.ckpt
+	pl.model.tune(&pl.cfg)
+	pl.publishSnapshot()
+	close(r.done)
+}
+
+// process decodes, validates and learns one batch, publishes an output per
+// valid message and acknowledges the batch.
+func (pl *pipeline) process(msgs []inMsg) {
+	if len(msgs) == 0 {
+		return
+	}
+	pl.stats.received.Add(int64(len(msgs)))
+	batch := make([]sample, 0, len(msgs))
+	for _, m := range msgs {
+		if m.seq <= pl.lastSeq && pl.stream != "" {
+			continue // redelivered after being applied: never apply twice
+		}
+		s, err := decode(&pl.cfg, m.header, m.data)
+		if err != nil {
+			pl.rejectMsg(m.seq, err)
+			continue
+		}
+		s.seq = m.seq
+		batch = append(batch, s)
+	}
+	if len(batch) > 0 {
+		outs := pl.model.learn(batch)
+		pl.version++
+		if !pl.model.finite() {
+			pl.rollback()
+		} else {
+			pl.publishSnapshot()
+			pl.publishOutputs(outs)
+			pl.samples += int64(len(batch))
+			pl.sinceCkpt += int64(len(batch))
+			pl.stats.learned.Add(int64(len(batch)))
+		}
+	}
+	last := msgs[len(msgs)-1]
+	if last.seq > pl.lastSeq {
+		pl.lastSeq = last.seq
+		pl.stats.lastSeq.Store(last.seq)
+	}
+	if last.ack != nil {
+		if err := last.ack(); err != nil {
+			pl.log.Warn().Err(err).Uint64("seq", last.seq).Msg("ack failed; the batch may be delivered again and will be skipped")
+		}
+	}
+}
+
+// rollback returns a diverged model to its last good state and reports it;
+// the batch's outputs are not published.
+func (pl *pipeline) rollback() {
+	pl.version--
+	pl.model = pl.lastGoodModel.clone()
+	pl.stats.rollbacks.Add(1)
+	pl.log.Error().Uint64("version", pl.version).Msg("model diverged (non-finite parameters); rolled back to the last good state")
+	pl.d.publishEvent("events.errors", errorEvent{
+		Pipeline: pl.cfg.Name, Subject: pl.cfg.Input.Subject, Seq: pl.lastSeq, Reason: "diverged",
+		Error: "non-finite parameters after a learning step; rolled back to version " + fmt.Sprint(pl.version),
+	})
+}
+
+func (pl *pipeline) rejectMsg(seq uint64, err error) {
+	reason := "invalid"
+	var ie *InputError
+	if errors.As(err, &ie) {
+		reason = ie.Reason
+	}
+	pl.stats.reject(reason)
+	pl.log.Warn().Uint64("seq", seq).Str("reason", reason).Err(err).Msg("input rejected")
+	pl.d.publishEvent("events.errors", errorEvent{
+		Pipeline: pl.cfg.Name, Subject: pl.cfg.Input.Subject, Seq: seq, Reason: reason, Error: err.Error(),
+	})
+}
+
+func (pl *pipeline) publishOutputs(outs []output) {
+	for i := range outs {
+		outs[i].version = pl.version
+		outs[i].subject = pl.cfg.Input.Subject
+		m := encodeOutput(&pl.cfg, pl.cfg.Output.Subject, &outs[i])
+		if err := pl.d.nc.PublishMsg(m); err != nil {
+			pl.log.Warn().Err(err).Msg("publishing output")
+			continue
+		}
+		pl.stats.published.Add(1)
+	}
+}
+
+// checkpointInfo describes a written checkpoint (the checkpoint event).
+type checkpointInfo struct {
+	Pipeline string `json:"pipeline"`
+	Version  uint64 `json:"model_version"`
+	Samples  int64  `json:"samples"`
+	LastSeq  uint64 `json:"last_seq"`
+	File     string `json:"file"`
+	Object   string `json:"object,omitempty"`
+	Bytes    int    `json:"bytes"`
+}
+
+// checkpoint writes the pipeline's state to disk and, if configured, to the
+// object store, and announces it.
+func (pl *pipeline) checkpoint(ctx context.Context) (*checkpointInfo, error) {
+	secs, err := pl.model.sections()
+	if err != nil {
+		return nil, err
+	}
+	rng, _ := pl.src.MarshalBinary() // cannot fail
+	cfgYAML, err := yaml.Marshal(pl.cfg)
+	if err != nil {
+		return nil, err
+	}
+	c := &Checkpoint{
+		Pipeline: pl.cfg.Name, Modality: string(pl.cfg.Modality),
+		ModelVersion: pl.version, Samples: pl.samples, Created: time.Now().UTC(),
+		Config: cfgYAML, Input: pl.cfg.Input.Subject, Stream: pl.stream, LastSeq: pl.lastSeq,
+		RNG: rng, Sections: secs,
+	}
+	var buf bytes.Buffer
+	if err := encodeCheckpoint(&buf, c); err != nil {
+		return nil, err
+	}
+	name := checkpointName(pl.cfg.Name, pl.version)
+	path, err := writeCheckpointFile(pl.d.checkpointDir(pl.cfg.Name), name, buf.Bytes(), pl.ckpt.Keep)
+	if err != nil {
+		return nil, fmt.Errorf("smtd: writing checkpoint %s: %w", name, err)
+	}
+	info := &checkpointInfo{Pipeline: pl.cfg.Name, Version: pl.version, Samples: pl.samples, LastSeq: pl.lastSeq, File: path, Bytes: buf.Len()}
+	if pl.d.store != nil {
+		obj, err := pl.d.store.put(ctx, pl.cfg.Name, name, buf.Bytes(), pl.ckpt.Keep)
+		if err != nil {
+			pl.log.Warn().Err(err).Msg("storing checkpoint in JetStream; it is on disk")
+		}
+		info.Object = obj
+	}
+	pl.sinceCkpt = 0
+	pl.lastCkptTime = time.Now()
+	pl.lastCkptSeq = pl.lastSeq
+	pl.stats.checkpoints.Add(1)
+	pl.log.Info().Uint64("version", pl.version).Int64("samples", pl.samples).Uint64("last_seq", pl.lastSeq).Str("file", path).Msg("checkpoint written")
+	pl.d.publishEvent("events.checkpoint", info)
+	return info, nil
+}

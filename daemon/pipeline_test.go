@@ -1,0 +1,270 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"gopkg.in/yaml.v3"
+
+	"github.com/smtd/smtd/config"
+)
+
+func digitsPipeline(name, subject string, atoms int) config.Pipeline {
+	p := config.DefaultPipeline(config.Image, name)
+	p.Input.Subject = subject
+	p.Output.Subject = subject + ".codes"
+	p.KMeans.Atoms = atoms
+	p.Whiten.FreezeAfter = 50000
+	return p
+}
+
+// Bad input never kills the daemon: every kind of bad message is rejected
+// before the learner, acknowledged, reported on the errors subject and
+// counted, and every good message around it is learned.
+func TestBadInputIsRejectedAndReported(t *testing.T) {
+	p := digitsPipeline("digits", "mnist.images", 16)
+	p.Input.MaxBytes = 4096
+	d := startDaemon(t, testConfig(t, p))
+	nc := connect(t, d.ClientURL())
+	errSub := subscribe(t, nc, "smtd.events.errors")
+	outSub := subscribe(t, nc, "mnist.images.codes")
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := func() *nats.Msg {
+		m := nats.NewMsg("mnist.images")
+		m.Header.Set(HeaderShape, "28,28")
+		m.Header.Set(HeaderDtype, "uint8")
+		m.Data = make([]byte, 784)
+		for i := range m.Data {
+			m.Data[i] = uint8(i * 13)
+		}
+		return m
+	}
+	bad := map[string]func(m *nats.Msg){
+		ReasonBadShape:      func(m *nats.Msg) { m.Header.Set(HeaderShape, "27,29") },
+		ReasonBadDtype:      func(m *nats.Msg) { m.Header.Set(HeaderDtype, "float64") },
+		ReasonTruncated:     func(m *nats.Msg) { m.Data = m.Data[:700] },
+		ReasonMissingHeader: func(m *nats.Msg) { m.Header.Del(HeaderShape) },
+		ReasonTooLarge:      func(m *nats.Msg) { m.Data = make([]byte, 5000) },
+		ReasonBadPNG:        func(m *nats.Msg) { m.Header.Set(HeaderEncoding, "png") },
+		ReasonNotFinite: func(m *nats.Msg) {
+			m.Header.Set(HeaderDtype, "float32")
+			m.Data = float32Bytes(make([]float32, 784)...)
+			copy(m.Data[400:], float32Bytes(float32(math.NaN())))
+		},
+	}
+	var published int
+	for reason, spoil := range bad {
+		for _, m := range []*nats.Msg{good(), good()} {
+			if _, err := js.PublishMsg(context.Background(), m); err != nil {
+				t.Fatal(err)
+			}
+			published++
+		}
+		m := good()
+		spoil(m)
+		if _, err := js.PublishMsg(context.Background(), m); err != nil {
+			t.Fatalf("%s: %v", reason, err)
+		}
+	}
+	wantGood := int64(published)
+	waitFor(t, 30*time.Second, "all good messages learned", func() bool {
+		st := pipelineStatus(d, "digits")
+		return st.Learned == wantGood && st.Rejected == int64(len(bad))
+	})
+	st := pipelineStatus(d, "digits")
+	for reason := range bad {
+		if st.ByReason[reason] != 1 {
+			t.Errorf("rejected_by_reason[%s] = %d, want 1", reason, st.ByReason[reason])
+		}
+	}
+	seen := map[string]bool{}
+	for range bad {
+		m, err := errSub.NextMsg(5 * time.Second)
+		if err != nil {
+			t.Fatalf("error events: %v", err)
+		}
+		var ev errorEvent
+		if err := json.Unmarshal(m.Data, &ev); err != nil {
+			t.Fatal(err)
+		}
+		if ev.Pipeline != "digits" || ev.Subject != "mnist.images" || ev.Seq == 0 || ev.Error == "" {
+			t.Errorf("incomplete error event %+v", ev)
+		}
+		seen[ev.Reason] = true
+	}
+	for reason := range bad {
+		if !seen[reason] {
+			t.Errorf("no error event for %s", reason)
+		}
+	}
+	for range published {
+		m, err := outSub.NextMsg(5 * time.Second)
+		if err != nil {
+			t.Fatalf("outputs: %v", err)
+		}
+		if m.Header.Get(HeaderShape) != "16" || len(m.Data) != 4*16 {
+			t.Fatalf("output shape %q, %d bytes", m.Header.Get(HeaderShape), len(m.Data))
+		}
+	}
+	// Acknowledged: nothing is left pending on the consumer.
+	cons, err := js.Consumer(context.Background(), "SMTD_DIGITS", "smtd-digits")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "all messages acknowledged", func() bool {
+		info, err := cons.Info(context.Background())
+		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
+	})
+}
+
+// Queries never train: embed replies come from a snapshot, name its
+// version, and leave the model as it was.
+func TestEmbedDoesNotTrain(t *testing.T) {
+	d := startDaemon(t, testConfig(t, digitsPipeline("digits", "mnist.images", 16)))
+	nc := connect(t, d.ClientURL())
+	n := replayFile(t, nc, "mnist-train-1000.smtdrec", "mnist.images")
+	waitFor(t, 60*time.Second, "stream learned", func() bool { return pipelineStatus(d, "digits").Learned == int64(n) })
+	before := pipelineStatus(d, "digits")
+
+	msgs := readStream(t, "mnist-test-200.smtdrec")
+	var first []byte
+	for i := range 3 {
+		req := nats.NewMsg("smtd.embed.digits")
+		req.Header = msgs[0].Header
+		req.Data = msgs[0].Data
+		rep, err := nc.RequestMsg(req, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e := rep.Header.Get("Nats-Service-Error"); e != "" {
+			t.Fatalf("embed error: %s", e)
+		}
+		if got := rep.Header.Get(HeaderModelVersion); got != strconv.FormatUint(before.ModelVersion, 10) {
+			t.Errorf("reply version %s, want %d", got, before.ModelVersion)
+		}
+		if i == 0 {
+			first = rep.Data
+		} else if !bytes.Equal(rep.Data, first) {
+			t.Error("the same query gave different embeddings: the model changed")
+		}
+	}
+	after := pipelineStatus(d, "digits")
+	if after.ModelVersion != before.ModelVersion || after.Learned != before.Learned {
+		t.Errorf("model changed by queries: version %d → %d, learned %d → %d", before.ModelVersion, after.ModelVersion, before.Learned, after.Learned)
+	}
+	// A bad query is answered with an error, not a crash.
+	rep, err := nc.Request("smtd.embed.digits", []byte("junk"), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Header.Get("Nats-Service-Error-Code") != "400" {
+		t.Errorf("bad query: got %v, want a 400 error", rep.Header)
+	}
+}
+
+// Live tuning is all or nothing: live fields change, a change to any other
+// field refuses the whole reload and names the field.
+func TestReload(t *testing.T) {
+	cfg := testConfig(t, digitsPipeline("digits", "mnist.images", 16))
+	d := startDaemon(t, cfg)
+	nc := connect(t, d.ClientURL())
+	events := subscribe(t, nc, "smtd.events.reload")
+
+	next := *cfg
+	next.Pipelines = []config.Pipeline{cfg.Pipelines[0]}
+	next.Pipelines[0].KMeans.LearningRate = 0.25
+	next.Pipelines[0].Output.Encoding = config.JSON
+	body, err := yaml.Marshal(&next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res ReloadResult
+	request(t, nc, "smtd.control.reload", body, &res)
+	if res.ConfigVersion != 2 || len(res.Applied) != 2 || res.Error != "" {
+		t.Fatalf("reload result %+v, want version 2 with 2 applied fields", res)
+	}
+	if _, err := events.NextMsg(5 * time.Second); err != nil {
+		t.Errorf("no reload event: %v", err)
+	}
+	waitFor(t, 5*time.Second, "the new encoding", func() bool {
+		return d.pipelines[0].snap.Load().cfg.Output.Encoding == config.JSON
+	})
+
+	next.Pipelines[0].KMeans.LearningRate = 0.5 // live, but in the same reload as:
+	next.Pipelines[0].KMeans.Atoms = 32
+	next.Pipelines[0].Input.Subject = "other.images"
+	body, _ = yaml.Marshal(&next)
+	m := request(t, nc, "smtd.control.reload", body, nil)
+	if m.Header.Get("Nats-Service-Error-Code") != "400" {
+		t.Fatalf("refused reload answered %q", m.Data)
+	}
+	if err := json.Unmarshal(m.Data, &res); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"pipelines[0].input.subject", "pipelines[0].kmeans.atoms"}
+	if strings.Join(res.Refused, ",") != strings.Join(want, ",") || res.ConfigVersion != 2 {
+		t.Errorf("refused reload: %+v, want refused %v at version 2", res, want)
+	}
+	if got := d.pipelines[0].snap.Load().cfg.KMeans.LearningRate; got != 0.25 {
+		t.Errorf("learning rate %v after a refused reload, want 0.25 (nothing applied)", got)
+	}
+	if _, err := d.Reload(context.Background(), []byte("pipelines: [")); err == nil {
+		t.Error("invalid YAML reloaded")
+	}
+}
+
+// A checkpoint that does not fit the config, or a corrupt one, is refused
+// as a whole: the daemon does not start on it.
+func TestCheckpointRefused(t *testing.T) {
+	cfg := testConfig(t, digitsPipeline("digits", "mnist.images", 16))
+	cfg.Checkpoint.ObjectStore = false
+	d := startDaemon(t, cfg)
+	nc := connect(t, d.ClientURL())
+	n := replayFile(t, nc, "mnist-raw-100.smtdrec", "mnist.images")
+	waitFor(t, 30*time.Second, "stream learned", func() bool { return pipelineStatus(d, "digits").Learned == int64(n) })
+	if err := d.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	files, _ := checkpointFiles(filepath.Join(cfg.DataDir, "checkpoints", "digits"))
+	if len(files) == 0 {
+		t.Fatal("no checkpoint written at shutdown")
+	}
+	c, err := ReadCheckpoint(files[len(files)-1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Samples != int64(n) || c.LastSeq != uint64(n) {
+		t.Errorf("checkpoint holds %d samples up to seq %d, want %d", c.Samples, c.LastSeq, n)
+	}
+
+	bigger := *cfg
+	bigger.Pipelines = []config.Pipeline{digitsPipeline("digits", "mnist.images", 32)}
+	d2, _ := New(&bigger, Options{Logger: NewLogger(testWriter{t}, "console")})
+	err = d2.Start(context.Background())
+	if !errors.Is(err, ErrCheckpoint) || !strings.Contains(err.Error(), "kmeans.atoms 16 → 32") {
+		t.Errorf("start with another shape: %v, want ErrCheckpoint naming kmeans.atoms", err)
+	}
+
+	data, _ := os.ReadFile(files[len(files)-1])
+	data[len(data)/2] ^= 0xff
+	os.WriteFile(files[len(files)-1], data, 0o644)
+	d3, _ := New(cfg, Options{Logger: NewLogger(testWriter{t}, "console")})
+	err = d3.Start(context.Background())
+	if !errors.Is(err, ErrCheckpoint) || !strings.Contains(err.Error(), "CRC") {
+		t.Errorf("start on a corrupt checkpoint: %v, want a CRC error", err)
+	}
+}

@@ -1,0 +1,208 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"gopkg.in/yaml.v3"
+
+	"github.com/smtd/smtd/config"
+)
+
+// childConfigEnv makes the test binary run as a daemon (see TestMain), so
+// that the exact-resume test can kill a real process with SIGKILL.
+const childConfigEnv = "SMTD_TEST_DAEMON_CONFIG"
+
+func TestMain(m *testing.M) {
+	if path := os.Getenv(childConfigEnv); path != "" {
+		os.Exit(runChild(path))
+	}
+	os.Exit(m.Run())
+}
+
+func runChild(path string) int {
+	cfg, err := config.Load(path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	d, err := New(cfg, Options{ConfigPath: path, Logger: NewLogger(os.Stderr, "console")})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := d.Run(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+// startNATS starts a NATS server with JetStream for tests that run the
+// daemon against an external server.
+func startNATS(t testing.TB) *server.Server {
+	t.Helper()
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("NATS server did not start")
+	}
+	t.Cleanup(s.Shutdown)
+	return s
+}
+
+// Exact resume: replaying a recorded stream in deterministic mode while
+// the daemon is killed with SIGKILL at random points and restarted ends
+// with a model identical, bit for bit, to an uninterrupted run's.
+func TestExactResumeAfterKill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the daemon as a child process")
+	}
+	ns := startNATS(t)
+	nc := connect(t, ns.ClientURL())
+	const stream = "mnist-train-1000.smtdrec"
+
+	pipeline := func(name, subject string) config.Pipeline {
+		p := digitsPipeline(name, subject, 32)
+		p.Deterministic = true
+		p.Seed = 7
+		p.Batch.Size = 20
+		return p
+	}
+	base := func(prefix string, p config.Pipeline) *config.Config {
+		cfg := testConfig(t, p)
+		cfg.NATS.URL = ns.ClientURL()
+		cfg.Service.Name = "smtd-" + prefix
+		cfg.Service.Prefix = prefix
+		cfg.Checkpoint.EverySamples = 100
+		cfg.Log.Level = "info"
+		return cfg
+	}
+
+	// The uninterrupted reference run, in this process.
+	refCfg := base("ref", pipeline("ref", "resume.ref"))
+	ref := startDaemon(t, refCfg)
+	n := replayFile(t, nc, stream, "resume.ref")
+	waitFor(t, 2*time.Minute, "reference run", func() bool { return pipelineStatus(ref, "ref").LastSeq == uint64(n) })
+	if err := ref.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want := lastCheckpoint(t, refCfg, "ref")
+
+	// The killed run, in child processes on a stream with the same messages.
+	kidCfg := base("kid", pipeline("kid", "resume.kid"))
+	cfgPath := filepath.Join(t.TempDir(), "kid.yaml")
+	data, err := yaml.Marshal(kidCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfgPath, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var log bytes.Buffer
+	start := func() *exec.Cmd {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), childConfigEnv+"="+cfgPath)
+		cmd.Stderr = &log
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return cmd
+	}
+	progress := func() uint64 {
+		var st Status
+		m, err := nc.Request("kid.status", nil, time.Second)
+		if err != nil || json.Unmarshal(m.Data, &st) != nil || len(st.Pipelines) == 0 {
+			return 0
+		}
+		return st.Pipelines[0].LastSeq
+	}
+	cmd := start()
+	defer func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("child logs:\n%s", log.String())
+		}
+	}()
+	// The stream is published while the first instance runs; instances
+	// are killed at random points past 20%, 45% and 70% of it.
+	waitFor(t, time.Minute, "child daemon up", func() bool {
+		_, err := nc.Request("kid.status", nil, time.Second)
+		return err == nil
+	})
+	if got := replayFile(t, nc, stream, "resume.kid"); got != n {
+		t.Fatalf("replayed %d of %d", got, n)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	kills := 0
+	for _, frac := range []float64{0.2, 0.45, 0.7} {
+		at := uint64(float64(n) * (frac + 0.1*rng.Float64()))
+		waitFor(t, 2*time.Minute, fmt.Sprintf("child past seq %d", at), func() bool { return progress() >= at })
+		time.Sleep(time.Duration(rng.IntN(20)) * time.Millisecond)
+		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		cmd.Wait()
+		kills++
+		t.Logf("kill %d after seq >= %d", kills, at)
+		cmd = start()
+	}
+	waitFor(t, 2*time.Minute, "killed run complete", func() bool { return progress() == uint64(n) })
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("child exit: %v", err)
+	}
+	got := lastCheckpoint(t, kidCfg, "kid")
+	// Each restart resumed from a checkpoint, not from scratch (which
+	// would also end in the same model, proving nothing).
+	if restored := strings.Count(log.String(), "checkpoint restored"); restored != kills {
+		t.Errorf("%d restarts restored a checkpoint, want %d", restored, kills)
+	}
+
+	if got.Samples != want.Samples || got.ModelVersion != want.ModelVersion || got.LastSeq != want.LastSeq {
+		t.Errorf("killed run: %d samples, version %d, seq %d; uninterrupted: %d, %d, %d",
+			got.Samples, got.ModelVersion, got.LastSeq, want.Samples, want.ModelVersion, want.LastSeq)
+	}
+	if !bytes.Equal(got.RNG, want.RNG) {
+		t.Error("random source state differs")
+	}
+	if len(got.Sections) != len(want.Sections) {
+		t.Fatalf("%d sections, want %d", len(got.Sections), len(want.Sections))
+	}
+	for i := range want.Sections {
+		if !bytes.Equal(got.Sections[i].Data, want.Sections[i].Data) {
+			t.Errorf("section %s differs from the uninterrupted run's", want.Sections[i].Name)
+		}
+	}
+}
+
+func lastCheckpoint(t testing.TB, cfg *config.Config, pipeline string) *Checkpoint {
+	t.Helper()
+	files, err := checkpointFiles(filepath.Join(cfg.DataDir, "checkpoints", pipeline))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no checkpoint of %s: %v", pipeline, err)
+	}
+	c, err := ReadCheckpoint(files[len(files)-1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}

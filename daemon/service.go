@@ -1,0 +1,264 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/smtd/smtd/config"
+)
+
+// addService registers the NATS micro service: an embed endpoint per
+// pipeline, and the reload, checkpoint and status endpoints. `nats micro
+// info smtd` lists them with their subjects; `nats micro stats smtd` shows
+// per-endpoint request counts, errors and processing time.
+func (d *Daemon) addService() (micro.Service, error) {
+	svc, err := micro.AddService(d.nc, micro.Config{
+		Name:        d.cfg.Service.Name,
+		Version:     Version,
+		Description: "smtd: streaming representation learning (sparse manifold transform)",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("smtd: micro service: %w", err)
+	}
+	for _, pl := range d.pipelines {
+		if err := svc.AddEndpoint("embed-"+pl.cfg.Name, micro.HandlerFunc(pl.handleEmbed),
+			micro.WithEndpointSubject(d.cfg.EmbedSubject(pl.cfg.Name)),
+			micro.WithEndpointMetadata(map[string]string{"pipeline": pl.cfg.Name, "modality": string(pl.cfg.Modality)}),
+		); err != nil {
+			svc.Stop()
+			return nil, err
+		}
+	}
+	for _, e := range []struct {
+		name, subject string
+		h             micro.HandlerFunc
+	}{
+		{"reload", d.cfg.Subject("control.reload"), d.handleReload},
+		{"checkpoint", d.cfg.Subject("control.checkpoint"), d.handleCheckpoint},
+		{"status", d.cfg.Subject("status"), d.handleStatus},
+	} {
+		if err := svc.AddEndpoint(e.name, e.h, micro.WithEndpointSubject(e.subject)); err != nil {
+			svc.Stop()
+			return nil, err
+		}
+	}
+	return svc, nil
+}
+
+// handleEmbed answers an embedding query from the pipeline's current
+// snapshot. The request is an input message (same headers and payload as
+// on the input subject); the reply is an output message. Queries never
+// train: the snapshot is an immutable copy of the model.
+func (pl *pipeline) handleEmbed(req micro.Request) {
+	snap := pl.snap.Load()
+	if snap == nil {
+		req.Error("503", "model not ready", nil)
+		return
+	}
+	s, err := decode(&snap.cfg, nats.Header(req.Headers()), req.Data())
+	if err != nil {
+		var ie *InputError
+		if errors.As(err, &ie) {
+			req.Error("400", ie.Reason+": "+ie.Detail, nil)
+			return
+		}
+		req.Error("400", err.Error(), nil)
+		return
+	}
+	o := snap.model.encode([]sample{s})[0]
+	o.version = snap.version
+	m := encodeOutput(&snap.cfg, "", &o)
+	req.Respond(m.Data, micro.WithHeaders(micro.Headers(m.Header)))
+}
+
+// ReloadResult says what a reload did.
+type ReloadResult struct {
+	ConfigVersion int      `json:"config_version"`
+	Applied       []string `json:"applied,omitempty"`
+	Refused       []string `json:"refused,omitempty"`
+	Error         string   `json:"error,omitempty"`
+}
+
+// ErrReloadRefused is returned when a reload changes fields that cannot
+// change while the daemon runs.
+var ErrReloadRefused = errors.New("smtd: reload refused")
+
+// Reload applies a new configuration, all or nothing: data is the YAML of
+// the whole new config, or empty to re-read the file the daemon was started
+// with. The new config is validated first; if it changes any field that
+// cannot change live, nothing is applied and the fields are named.
+func (d *Daemon) Reload(ctx context.Context, data []byte) (*ReloadResult, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	res := &ReloadResult{ConfigVersion: d.configVersion}
+	name := "<request>"
+	if len(data) == 0 {
+		if d.opts.ConfigPath == "" {
+			return res, errors.New("smtd: reload: the daemon runs on the built-in config; send the whole YAML config in the request")
+		}
+		var err error
+		if data, err = os.ReadFile(d.opts.ConfigPath); err != nil {
+			return res, fmt.Errorf("smtd: reload: %w", err)
+		}
+		name = d.opts.ConfigPath
+	}
+	cfg, err := config.Parse(data, name)
+	if err != nil {
+		return res, fmt.Errorf("smtd: reload: invalid config, nothing applied:\n%w", err)
+	}
+	live, refused := config.LiveChanges(d.cfg, cfg)
+	if len(refused) > 0 {
+		res.Refused = refused
+		return res, fmt.Errorf("%w: these fields cannot change while the daemon runs: %s", ErrReloadRefused, strings.Join(refused, ", "))
+	}
+	if len(live) == 0 {
+		return res, nil
+	}
+	for i, pl := range d.pipelines {
+		r := tuneRequest{p: cfg.Pipelines[i], ckpt: cfg.Checkpoint, done: make(chan struct{})}
+		select {
+		case pl.tune <- r:
+			<-r.done
+		case <-pl.finished:
+		case <-ctx.Done():
+			// Pipelines before i have the new values: finish the job
+			// rather than leave the daemon half reloaded.
+			pl.tune <- r
+			<-r.done
+		}
+	}
+	d.opts.Logger.SetLevel(cfg.Log.Level)
+	d.cfg = cfg
+	d.configVersion++
+	res.ConfigVersion, res.Applied = d.configVersion, live
+	return res, nil
+}
+
+// reloadAndReport runs Reload and logs and publishes its outcome.
+func (d *Daemon) reloadAndReport(ctx context.Context, data []byte) *ReloadResult {
+	res, err := d.Reload(ctx, data)
+	if err != nil {
+		res.Error = err.Error()
+		d.log.Error().Err(err).Strs("refused", res.Refused).Int("config_version", res.ConfigVersion).Msg("reload not applied")
+	} else {
+		d.log.Info().Strs("applied", res.Applied).Int("config_version", res.ConfigVersion).Msg("reload applied")
+	}
+	d.publishEvent("events.reload", res)
+	return res
+}
+
+// ReloadFromFile re-reads the config file (on SIGHUP), logs and publishes
+// the outcome.
+func (d *Daemon) ReloadFromFile(ctx context.Context) {
+	d.reloadAndReport(ctx, nil)
+}
+
+func (d *Daemon) handleReload(req micro.Request) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res := d.reloadAndReport(ctx, req.Data())
+	if res.Error != "" {
+		body, _ := json.Marshal(res)
+		req.Error("400", firstLine(res.Error), body)
+		return
+	}
+	req.RespondJSON(res)
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
+}
+
+// handleCheckpoint writes a checkpoint of every pipeline now, or of the one
+// named in the request body.
+func (d *Daemon) handleCheckpoint(req micro.Request) {
+	want := strings.TrimSpace(string(req.Data()))
+	var infos []*checkpointInfo
+	for _, pl := range d.pipelines {
+		if want != "" && want != pl.name {
+			continue
+		}
+		r := checkpointRequest{done: make(chan checkpointResult, 1)}
+		select {
+		case pl.ckptReq <- r:
+		case <-pl.finished:
+			req.Error("503", "shutting down", nil)
+			return
+		}
+		res := <-r.done
+		if res.err != nil {
+			req.Error("500", res.err.Error(), nil)
+			return
+		}
+		infos = append(infos, res.info)
+	}
+	if len(infos) == 0 {
+		req.Error("404", fmt.Sprintf("no pipeline %q", want), nil)
+		return
+	}
+	req.RespondJSON(infos)
+}
+
+// PipelineStatus is one pipeline's entry in the status reply.
+type PipelineStatus struct {
+	Name         string           `json:"name"`
+	Modality     string           `json:"modality"`
+	Input        string           `json:"input"`
+	Output       string           `json:"output"`
+	ModelVersion uint64           `json:"model_version"`
+	LastSeq      uint64           `json:"last_seq"`
+	Received     int64            `json:"received"`
+	Learned      int64            `json:"learned"`
+	Rejected     int64            `json:"rejected"`
+	ByReason     map[string]int64 `json:"rejected_by_reason,omitempty"`
+	Published    int64            `json:"published"`
+	Checkpoints  int64            `json:"checkpoints"`
+	Rollbacks    int64            `json:"rollbacks"`
+	Model        map[string]any   `json:"model"`
+}
+
+// Status is the reply of the status endpoint.
+type Status struct {
+	Version       string           `json:"version"`
+	ConfigVersion int              `json:"config_version"`
+	Pipelines     []PipelineStatus `json:"pipelines"`
+}
+
+// Status reports every pipeline's counters and model.
+func (d *Daemon) Status() Status {
+	d.mu.Lock()
+	st := Status{Version: Version, ConfigVersion: d.configVersion}
+	d.mu.Unlock()
+	for _, pl := range d.pipelines {
+		snap := pl.snap.Load()
+		ps := PipelineStatus{
+			Name: pl.name, Modality: string(snap.cfg.Modality), Input: snap.cfg.Input.Subject, Output: snap.cfg.Output.Subject,
+			LastSeq:  pl.stats.lastSeq.Load(),
+			Received: pl.stats.received.Load(), Learned: pl.stats.learned.Load(), Rejected: pl.stats.rejected.Load(),
+			Published: pl.stats.published.Load(), Checkpoints: pl.stats.checkpoints.Load(), Rollbacks: pl.stats.rollbacks.Load(),
+		}
+		pl.stats.mu.Lock()
+		if len(pl.stats.byReason) > 0 {
+			ps.ByReason = make(map[string]int64, len(pl.stats.byReason))
+			for k, v := range pl.stats.byReason {
+				ps.ByReason[k] = v
+			}
+		}
+		pl.stats.mu.Unlock()
+		ps.ModelVersion = snap.version
+		ps.Model = snap.model.describe()
+		st.Pipelines = append(st.Pipelines, ps)
+	}
+	return st
+}
+
+func (d *Daemon) handleStatus(req micro.Request) { req.RespondJSON(d.Status()) }

@@ -1,0 +1,300 @@
+package daemon
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"image"
+	"image/color"
+	"image/png"
+	"math"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/smtd/smtd/config"
+	"github.com/smtd/smtd/dataset"
+)
+
+// Message headers of the wire format (README, "Wire formats").
+const (
+	HeaderEncoding     = "Smtd-Encoding"      // input: raw or png
+	HeaderShape        = "Smtd-Shape"         // input and output: "rows,cols[,channels]", or "n" for vectors
+	HeaderDtype        = "Smtd-Dtype"         // input: uint8 or float32; output: float32
+	HeaderStream       = "Smtd-Stream"        // video: the stream a frame belongs to
+	HeaderFrame        = "Smtd-Frame"         // video: the frame's index in its stream
+	HeaderLabel        = "Smtd-Label"         // optional, copied to the output
+	HeaderPipeline     = "Smtd-Pipeline"      // output: the pipeline that produced it
+	HeaderModelVersion = "Smtd-Model-Version" // output: batches the model had learned
+	HeaderSourceSubj   = "Smtd-Source-Subject"
+	HeaderSourceSeq    = "Smtd-Source-Seq" // output: the input's stream sequence
+	HeaderError        = "Smtd-Error"      // embed reply: why the request was refused
+)
+
+// Reasons an input message is rejected, as reported in error events.
+const (
+	ReasonTooLarge      = "too_large"
+	ReasonMissingHeader = "missing_header"
+	ReasonBadHeader     = "bad_header"
+	ReasonBadShape      = "bad_shape"
+	ReasonBadDtype      = "bad_dtype"
+	ReasonTruncated     = "truncated"
+	ReasonNotFinite     = "not_finite"
+	ReasonBadPNG        = "bad_png"
+	ReasonBadUTF8       = "bad_utf8"
+	ReasonTooManyTokens = "too_many_tokens"
+)
+
+// InputError says why an input message was rejected.
+type InputError struct {
+	Reason string // one of the Reason constants
+	Detail string
+}
+
+func (e *InputError) Error() string { return "smtd: " + e.Reason + ": " + e.Detail }
+
+func reject(reason, format string, args ...any) *InputError {
+	return &InputError{Reason: reason, Detail: fmt.Sprintf(format, args...)}
+}
+
+// sample is one decoded, validated input message.
+type sample struct {
+	pixels []float64 // images and frames: rows*cols*channels, row-major, channels interleaved
+	tokens []string  // text
+	stream string    // video
+	frame  uint64    // video
+	label  string
+	seq    uint64 // stream sequence (or arrival count on core NATS)
+}
+
+// header returns the value of key, matched without regard to case.
+func header(h nats.Header, key string) string {
+	if v := h.Get(key); v != "" {
+		return v
+	}
+	for k, v := range h {
+		if strings.EqualFold(k, key) && len(v) > 0 {
+			return v[0]
+		}
+	}
+	return ""
+}
+
+var pngSignature = []byte("\x89PNG\r\n\x1a\n")
+
+// decode validates one input message of pipeline p. It never panics on any
+// input; every failure is an *InputError.
+func decode(p *config.Pipeline, h nats.Header, data []byte) (sample, error) {
+	var s sample
+	if len(data) > p.Input.MaxBytes {
+		return s, reject(ReasonTooLarge, "%d bytes, limit %d", len(data), p.Input.MaxBytes)
+	}
+	s.label = header(h, HeaderLabel)
+	if len(s.label) > 256 {
+		return s, reject(ReasonBadHeader, "%s longer than 256 bytes", HeaderLabel)
+	}
+	switch p.Modality {
+	case config.Text:
+		if !utf8.Valid(data) {
+			return s, reject(ReasonBadUTF8, "payload is not valid UTF-8")
+		}
+		s.tokens = dataset.Tokenize(string(data))
+		if len(s.tokens) > p.Text.MaxTokens {
+			return s, reject(ReasonTooManyTokens, "%d tokens, limit %d", len(s.tokens), p.Text.MaxTokens)
+		}
+		return s, nil
+	case config.Video:
+		s.stream = header(h, HeaderStream)
+		if s.stream == "" {
+			return s, reject(ReasonMissingHeader, "video frame without %s", HeaderStream)
+		}
+		if len(s.stream) > 256 {
+			return s, reject(ReasonBadHeader, "%s longer than 256 bytes", HeaderStream)
+		}
+		f := header(h, HeaderFrame)
+		if f == "" {
+			return s, reject(ReasonMissingHeader, "video frame without %s", HeaderFrame)
+		}
+		n, err := strconv.ParseUint(f, 10, 64)
+		if err != nil {
+			return s, reject(ReasonBadHeader, "%s %q is not a frame index", HeaderFrame, f)
+		}
+		s.frame = n
+	}
+	px, err := decodeImage(p.Image, h, data)
+	s.pixels = px
+	return s, err
+}
+
+// decodeImage returns the pixels of a raw or PNG image of the given shape,
+// scaled to [0, 1] for uint8 and PNG data.
+func decodeImage(shape config.ImageShape, h nats.Header, data []byte) ([]float64, error) {
+	enc := header(h, HeaderEncoding)
+	if enc == "" && bytes.HasPrefix(data, pngSignature) {
+		enc = "png"
+	}
+	switch enc {
+	case "png":
+		return decodePNG(shape, data)
+	case "raw", "":
+	default:
+		return nil, reject(ReasonBadHeader, "%s %q: want raw or png", HeaderEncoding, enc)
+	}
+	sh := header(h, HeaderShape)
+	dt := header(h, HeaderDtype)
+	if sh == "" || dt == "" {
+		return nil, reject(ReasonMissingHeader, "raw image needs %s and %s", HeaderShape, HeaderDtype)
+	}
+	rows, cols, ch, err := parseShape(sh)
+	if err != nil {
+		return nil, err
+	}
+	if rows != shape.Height || cols != shape.Width || ch != shape.Channels {
+		return nil, reject(ReasonBadShape, "shape %dx%dx%d, pipeline expects %dx%dx%d", rows, cols, ch, shape.Height, shape.Width, shape.Channels)
+	}
+	n := rows * cols * ch
+	var size int
+	switch dt {
+	case "uint8":
+		size = 1
+	case "float32":
+		size = 4
+	default:
+		return nil, reject(ReasonBadDtype, "dtype %q: want uint8 or float32", dt)
+	}
+	switch {
+	case len(data) < n*size:
+		return nil, reject(ReasonTruncated, "%d bytes, shape and dtype need %d", len(data), n*size)
+	case len(data) > n*size:
+		return nil, reject(ReasonBadShape, "%d bytes, shape and dtype need %d", len(data), n*size)
+	}
+	px := make([]float64, n)
+	if size == 1 {
+		for i, b := range data {
+			px[i] = float64(b) / 255
+		}
+		return px, nil
+	}
+	for i := range px {
+		v := float64(math.Float32frombits(binary.LittleEndian.Uint32(data[4*i:])))
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return nil, reject(ReasonNotFinite, "pixel %d is %v", i, v)
+		}
+		px[i] = v
+	}
+	return px, nil
+}
+
+// parseShape reads "rows,cols" or "rows,cols,channels".
+func parseShape(s string) (rows, cols, ch int, err error) {
+	parts := strings.Split(s, ",")
+	if len(parts) < 2 || len(parts) > 3 {
+		return 0, 0, 0, reject(ReasonBadHeader, "%s %q: want rows,cols[,channels]", HeaderShape, s)
+	}
+	dims := []int{0, 0, 1}
+	for i, p := range parts {
+		n, err := strconv.Atoi(strings.TrimSpace(p))
+		if err != nil || n < 1 || n > 1<<16 {
+			return 0, 0, 0, reject(ReasonBadHeader, "%s %q: want rows,cols[,channels]", HeaderShape, s)
+		}
+		dims[i] = n
+	}
+	return dims[0], dims[1], dims[2], nil
+}
+
+func decodePNG(shape config.ImageShape, data []byte) ([]float64, error) {
+	// The size is checked before decoding so that a small file cannot
+	// claim a huge image.
+	cfg, err := png.DecodeConfig(bytes.NewReader(data))
+	if err != nil {
+		return nil, reject(ReasonBadPNG, "%v", err)
+	}
+	if cfg.Width != shape.Width || cfg.Height != shape.Height {
+		return nil, reject(ReasonBadShape, "PNG is %dx%d, pipeline expects %dx%d", cfg.Height, cfg.Width, shape.Height, shape.Width)
+	}
+	img, err := png.Decode(bytes.NewReader(data))
+	if err != nil {
+		return nil, reject(ReasonBadPNG, "%v", err)
+	}
+	px := make([]float64, shape.Width*shape.Height*shape.Channels)
+	b := img.Bounds()
+	i := 0
+	for y := b.Min.Y; y < b.Max.Y; y++ {
+		for x := b.Min.X; x < b.Max.X; x++ {
+			if shape.Channels == 1 {
+				px[i] = float64(color.Gray16Model.Convert(img.At(x, y)).(color.Gray16).Y) / 0xffff
+				i++
+				continue
+			}
+			r, g, bl, _ := img.At(x, y).RGBA()
+			px[i], px[i+1], px[i+2] = float64(r)/0xffff, float64(g)/0xffff, float64(bl)/0xffff
+			i += 3
+		}
+	}
+	return px, nil
+}
+
+var _ image.Image = (*image.Gray)(nil)
+
+// output is one result to publish.
+type output struct {
+	vector  []float32
+	tokens  []string // text pipelines
+	version uint64
+	source  sample
+	subject string // the input subject
+}
+
+// outputJSON is the JSON encoding of an output.
+type outputJSON struct {
+	Pipeline      string    `json:"pipeline"`
+	ModelVersion  uint64    `json:"model_version"`
+	SourceSubject string    `json:"source_subject,omitempty"`
+	SourceSeq     uint64    `json:"source_seq"`
+	Label         string    `json:"label,omitempty"`
+	Stream        string    `json:"stream,omitempty"`
+	Frame         *uint64   `json:"frame,omitempty"`
+	Tokens        []string  `json:"tokens,omitempty"`
+	Vector        []float32 `json:"vector"`
+}
+
+// encodeOutput builds the message of o on subject for pipeline p.
+func encodeOutput(p *config.Pipeline, subject string, o *output) *nats.Msg {
+	m := nats.NewMsg(subject)
+	h := m.Header
+	h.Set(HeaderPipeline, p.Name)
+	h.Set(HeaderModelVersion, strconv.FormatUint(o.version, 10))
+	if o.subject != "" {
+		h.Set(HeaderSourceSubj, o.subject)
+		h.Set(HeaderSourceSeq, strconv.FormatUint(o.source.seq, 10))
+	}
+	if o.source.label != "" {
+		h.Set(HeaderLabel, o.source.label)
+	}
+	if p.Modality == config.Video {
+		h.Set(HeaderStream, o.source.stream)
+		h.Set(HeaderFrame, strconv.FormatUint(o.source.frame, 10))
+	}
+	if p.Output.Encoding == config.JSON {
+		j := outputJSON{
+			Pipeline: p.Name, ModelVersion: o.version, SourceSubject: o.subject, SourceSeq: o.source.seq,
+			Label: o.source.label, Stream: o.source.stream, Tokens: o.tokens, Vector: o.vector,
+		}
+		if p.Modality == config.Video {
+			j.Frame = &o.source.frame
+		}
+		m.Data, _ = json.Marshal(j) // cannot fail: plain fields, finite values
+		h.Set("Content-Type", "application/json")
+		return m
+	}
+	h.Set(HeaderShape, strconv.Itoa(len(o.vector)))
+	h.Set(HeaderDtype, "float32")
+	m.Data = make([]byte, 4*len(o.vector))
+	for i, v := range o.vector {
+		binary.LittleEndian.PutUint32(m.Data[4*i:], math.Float32bits(v))
+	}
+	return m
+}
