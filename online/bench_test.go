@@ -1,0 +1,101 @@
+package online
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"gonum.org/v1/gonum/mat"
+)
+
+// benchData returns nb minibatches of n unit rows of dimension 36, drawn
+// around 512 centres.
+func benchData(nb, n int) []*mat.Dense {
+	rng := rand.New(rand.NewPCG(61, 62))
+	x, _, _ := sphereClusters(rng, 512, 36, nb*n, 0.5)
+	return batches(x, n)
+}
+
+func BenchmarkKMeansLearn(b *testing.B) {
+	const n = 1024
+	bs := benchData(8, n)
+	for _, k := range []int{256, 1024, 4096} {
+		b.Run(fmt.Sprintf("K=%d", k), func(b *testing.B) {
+			km, _ := newTestKMeans(KMeansSettings{K: k, Dim: 36}, 1)
+			for _, x := range bs {
+				km.Learn(x, nil) // seed the dictionary
+			}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				km.Learn(bs[i%len(bs)], nil)
+				i++
+			}
+			b.ReportMetric(float64(i*n)/b.Elapsed().Seconds(), "rows/s")
+		})
+	}
+}
+
+func BenchmarkKMeansAssign(b *testing.B) {
+	const n = 1024
+	bs := benchData(8, n)
+	dst := make([]int, n)
+	cos := make([]float64, n)
+	for _, k := range []int{256, 1024, 4096} {
+		b.Run(fmt.Sprintf("K=%d", k), func(b *testing.B) {
+			km, _ := newTestKMeans(KMeansSettings{K: k, Dim: 36}, 1)
+			for _, x := range bs {
+				km.Learn(x, nil)
+			}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				km.Assign(dst, cos, bs[i%len(bs)])
+				i++
+			}
+			b.ReportMetric(float64(i*n)/b.Elapsed().Seconds(), "rows/s")
+		})
+	}
+}
+
+func BenchmarkKMeansCodesGQ(b *testing.B) {
+	const n, k = 1024, 4096
+	bs := benchData(8, n)
+	km, _ := newTestKMeans(KMeansSettings{K: k, Dim: 36}, 1)
+	for _, x := range bs {
+		km.Learn(x, nil)
+	}
+	var codes SparseCodes
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		km.CodesGQ(&codes, bs[i%len(bs)], 0.45)
+		i++
+	}
+	b.ReportMetric(float64(i*n)/b.Elapsed().Seconds(), "rows/s")
+}
+
+func BenchmarkPatcherMNIST(b *testing.B) {
+	imgs := mnistImages(b, 10)
+	p := Patcher{Grid: PatchGrid{Width: 28, Height: 28, Size: 6}, Mean: MeanContextual, Context: 1}
+	var dst mat.Dense
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		p.Extract(&dst, imgs[i%len(imgs)])
+		i++
+	}
+}
+
+func BenchmarkWhiten(b *testing.B) {
+	bs := benchData(1, 1024)
+	w := NewWhitener(36, WhitenSettings{})
+	if err := w.Observe(bs[0], nil); err != nil {
+		b.Fatal(err)
+	}
+	dst := mat.NewDense(1024, 36, nil)
+	b.ReportAllocs()
+	for b.Loop() {
+		w.Whiten(dst, bs[0])
+	}
+}

@@ -1,0 +1,516 @@
+package online
+
+import (
+	"errors"
+	"fmt"
+	"math"
+
+	"gonum.org/v1/gonum/blas"
+	"gonum.org/v1/gonum/blas/blas64"
+	"gonum.org/v1/gonum/mat"
+)
+
+// Moments is the running mean and covariance of a stream of row vectors,
+// merged one minibatch at a time (Chan, Golub and LeVeque's pairwise
+// update), with optional exponential forgetting of the past:
+//
+//	w ← (1−f)·w,  M ← (1−f)·M                    (forget)
+//	δ = m_b − m,  w' = w + n_b
+//	m ← m + δ·n_b/w'
+//	M ← M + M_b + δδᵀ·w·n_b/w'
+//	Σ = M/w
+//
+// where m_b and M_b = Σ_b (x−m_b)(x−m_b)ᵀ are the mean and scatter of the
+// n_b rows of the batch. The zero value is not usable; use NewMoments.
+type Moments struct {
+	dim     int
+	weight  float64   // w, the (forgotten) number of rows
+	mean    []float64 // m
+	scatter []float64 // M, dim×dim row-major, upper triangle only
+
+	bmean    []float64 // workspace: batch mean
+	centered []float64 // workspace: centred batch rows
+	bscatter []float64 // workspace: batch scatter
+}
+
+// NewMoments returns empty moments of dim-vectors. It panics if dim < 1.
+func NewMoments(dim int) *Moments {
+	if dim < 1 {
+		panic(fmt.Sprintf("online: moments of dimension %d", dim))
+	}
+	return &Moments{
+		dim:      dim,
+		mean:     make([]float64, dim),
+		scatter:  make([]float64, dim*dim),
+		bmean:    make([]float64, dim),
+		bscatter: make([]float64, dim*dim),
+	}
+}
+
+// Dim returns the dimension of the vectors.
+func (m *Moments) Dim() int { return m.dim }
+
+// Weight returns the effective number of rows merged so far: their count
+// without forgetting.
+func (m *Moments) Weight() float64 { return m.weight }
+
+// Add merges the rows of x that skip does not flag (skip may be nil),
+// after multiplying the weight of the past by 1−forget, and returns the
+// number of rows merged. It panics with mat.ErrShape if x does not have
+// Dim columns or skip is non-nil and not one flag per row, and if forget
+// is outside [0, 1).
+func (m *Moments) Add(x mat.Matrix, skip []bool, forget float64) int {
+	r, c := x.Dims()
+	if c != m.dim || (skip != nil && len(skip) != r) {
+		panic(mat.ErrShape)
+	}
+	if !(forget >= 0 && forget < 1) {
+		panic(fmt.Sprintf("online: forget factor %v outside [0, 1)", forget))
+	}
+	n := 0
+	for i := 0; i < r; i++ {
+		if skip == nil || !skip[i] {
+			n++
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	if cap(m.centered) < n*m.dim {
+		m.centered = make([]float64, n*m.dim)
+	}
+	cen := m.centered[:n*m.dim]
+	k := 0
+	clear(m.bmean)
+	for i := 0; i < r; i++ {
+		if skip != nil && skip[i] {
+			continue
+		}
+		row := cen[k*m.dim : (k+1)*m.dim]
+		mat.Row(row, i, x)
+		for j, v := range row {
+			m.bmean[j] += v
+		}
+		k++
+	}
+	nb := float64(n)
+	for j := range m.bmean {
+		m.bmean[j] /= nb
+	}
+	for k := 0; k < n; k++ {
+		row := cen[k*m.dim : (k+1)*m.dim]
+		for j := range row {
+			row[j] -= m.bmean[j]
+		}
+	}
+	blas64.Syrk(blas.Trans, 1,
+		blas64.General{Rows: n, Cols: m.dim, Stride: m.dim, Data: cen},
+		0, blas64.Symmetric{Uplo: blas.Upper, N: m.dim, Stride: m.dim, Data: m.bscatter})
+
+	w := m.weight * (1 - forget)
+	tot := w + nb
+	coef := w * nb / tot
+	for i := 0; i < m.dim; i++ {
+		di := m.bmean[i] - m.mean[i]
+		row := m.scatter[i*m.dim : (i+1)*m.dim]
+		brow := m.bscatter[i*m.dim : (i+1)*m.dim]
+		for j := i; j < m.dim; j++ {
+			dj := m.bmean[j] - m.mean[j]
+			row[j] = row[j]*(1-forget) + brow[j] + di*dj*coef
+		}
+	}
+	for j := range m.mean {
+		m.mean[j] += (m.bmean[j] - m.mean[j]) * nb / tot
+	}
+	m.weight = tot
+	return n
+}
+
+// Mean returns the running mean, written into dst if it has length Dim
+// (else into a new slice).
+func (m *Moments) Mean(dst []float64) []float64 {
+	if len(dst) != m.dim {
+		dst = make([]float64, m.dim)
+	}
+	copy(dst, m.mean)
+	return dst
+}
+
+// Cov writes the running covariance Σ = M/w into dst, which must be
+// Dim×Dim or empty. With no rows merged it writes zeros.
+func (m *Moments) Cov(dst *mat.SymDense) {
+	if dst.IsEmpty() {
+		dst.ReuseAsSym(m.dim)
+	} else if dst.SymmetricDim() != m.dim {
+		panic(mat.ErrShape)
+	}
+	inv := 0.0
+	if m.weight > 0 {
+		inv = 1 / m.weight
+	}
+	for i := 0; i < m.dim; i++ {
+		for j := i; j < m.dim; j++ {
+			dst.SetSym(i, j, m.scatter[i*m.dim+j]*inv)
+		}
+	}
+}
+
+func (m *Moments) encode(e *encoder) {
+	e.f64(m.weight)
+	e.f64s(m.mean)
+	e.f64s(m.scatter)
+}
+
+func (m *Moments) decode(d *decoder) {
+	m.weight = d.f64()
+	d.f64s(m.mean)
+	d.f64s(m.scatter)
+}
+
+func (m *Moments) clone() *Moments {
+	c := NewMoments(m.dim)
+	c.weight = m.weight
+	copy(c.mean, m.mean)
+	copy(c.scatter, m.scatter)
+	return c
+}
+
+// WhitenSettings configures a Whitener. The zero value is the default.
+type WhitenSettings struct {
+	// Lambda is the regulariser λ of the operator (λI+Σ)^(−1/2), in the
+	// units of Σ (squared input units). It keeps directions of tiny
+	// variance, mostly noise, from being amplified without bound; a λ much
+	// larger than the eigenvalues of Σ makes W close to I/√λ, no
+	// whitening at all. For scale: MNIST 6×6 patches with pixels in
+	// [0, 1] and the contextual mean (d = 1) removed have eigenvalues from
+	// 0.0025 to 0.046, mean 0.017. Zero means 0.1; it must be >= 0.
+	Lambda float64
+	// RefreshEvery bounds the number of minibatches between two
+	// recomputations of the operator from Σ. Observe refreshes at batches
+	// 1, 2, 4, 8, ... (a doubling warm-up while Σ moves fast) until the
+	// gap reaches RefreshEvery, then every RefreshEvery batches. Zero means
+	// 64; a negative value means only Refresh and freezing refresh.
+	RefreshEvery int
+	// FreezeAfter is the number of rows after which Σ stops updating: the
+	// batch that reaches it is the last one merged, the operator is
+	// refreshed one last time and then stays fixed, so later codes are
+	// comparable. Zero means never freeze.
+	FreezeAfter int64
+	// Forget is the fraction f of the past statistics' weight dropped at
+	// each minibatch (Moments), so Σ tracks a drifting stream with a
+	// memory of about 1/f batches. Zero means no forgetting; it must be in
+	// [0, 1).
+	Forget float64
+}
+
+const (
+	defaultLambda       = 0.1
+	defaultRefreshEvery = 64
+)
+
+func (s WhitenSettings) lambda() float64 {
+	if s.Lambda == 0 {
+		return defaultLambda
+	}
+	return s.Lambda
+}
+
+func (s WhitenSettings) refreshEvery() int {
+	if s.RefreshEvery == 0 {
+		return defaultRefreshEvery
+	}
+	return s.RefreshEvery
+}
+
+// Validate reports whether the settings are usable.
+func (s WhitenSettings) Validate() error {
+	switch {
+	case !(s.Lambda >= 0) || math.IsInf(s.Lambda, 1):
+		return fmt.Errorf("online: whiten lambda %v: must be >= 0 (0 means %v)", s.Lambda, defaultLambda)
+	case s.FreezeAfter < 0:
+		return fmt.Errorf("online: whiten freeze after %d rows: must be >= 0", s.FreezeAfter)
+	case !(s.Forget >= 0 && s.Forget < 1):
+		return fmt.Errorf("online: whiten forget %v: must be in [0, 1)", s.Forget)
+	}
+	return nil
+}
+
+// ErrEigen is returned when the eigendecomposition of Σ fails, which
+// happens when Σ holds NaN or Inf.
+var ErrEigen = errors.New("online: eigendecomposition of the covariance failed")
+
+// Whitener estimates the whitening operator of smt-minimalistic, App. C,
+// from a stream of (mean-removed) patches, one minibatch at a time:
+//
+//	W = (λI + Σ)^(−1/2) = U diag(1/√(λ+e_k)) Uᵀ,   Σ = U diag(e) Uᵀ,
+//
+// with Σ the running covariance of the rows (Moments). Whiten applies W to
+// each row as it is, without subtracting the running mean: mean removal is
+// the job of RemoveMean, and App. C applies W to the mean-removed patch x̄.
+// Eigenvalues are clipped at zero before λ is added.
+//
+// Until the first refresh the operator is the identity (rows pass
+// unchanged); with the default schedule the first Observe refreshes it.
+//
+// Observe, Refresh, SetSettings and UnmarshalBinary modify the Whitener;
+// the other methods only read it and may run concurrently with each other.
+type Whitener struct {
+	s         WhitenSettings
+	mom       *Moments
+	op        *mat.Dense // W
+	inv       *mat.Dense // W⁻¹ = (λI+Σ)^(1/2)
+	batches   int64      // minibatches merged
+	rows      int64      // rows merged
+	last      int64      // batch of the last scheduled refresh
+	refreshes int64
+
+	cov mat.SymDense // workspace
+	eig mat.EigenSym
+	vec mat.Dense
+	tmp *mat.Dense
+}
+
+// NewWhitener returns a Whitener of dim-vectors whose operator is the
+// identity. It panics if dim < 1 or the settings are invalid.
+func NewWhitener(dim int, s WhitenSettings) *Whitener {
+	if err := s.Validate(); err != nil {
+		panic(err)
+	}
+	w := &Whitener{s: s, mom: NewMoments(dim), tmp: mat.NewDense(dim, dim, nil)}
+	w.op = identity(dim)
+	w.inv = identity(dim)
+	return w
+}
+
+func identity(n int) *mat.Dense {
+	m := mat.NewDense(n, n, nil)
+	for i := 0; i < n; i++ {
+		m.Set(i, i, 1)
+	}
+	return m
+}
+
+// Dim returns the dimension of the rows.
+func (w *Whitener) Dim() int { return w.mom.dim }
+
+// Settings returns the current settings.
+func (w *Whitener) Settings() WhitenSettings { return w.s }
+
+// SetSettings replaces the settings, for live tuning. If λ changes and
+// rows have been merged, the operator is recomputed at once (even when
+// frozen, since Σ itself is unchanged). A larger FreezeAfter (or 0)
+// unfreezes a frozen Whitener.
+func (w *Whitener) SetSettings(s WhitenSettings) error {
+	if err := s.Validate(); err != nil {
+		return err
+	}
+	old := w.s
+	w.s = s
+	if s.lambda() != old.lambda() && w.mom.weight > 0 {
+		if err := w.Refresh(); err != nil {
+			w.s = old
+			return err
+		}
+	}
+	return nil
+}
+
+// Frozen reports whether Σ has stopped updating (FreezeAfter reached).
+func (w *Whitener) Frozen() bool {
+	return w.s.FreezeAfter > 0 && w.rows >= w.s.FreezeAfter
+}
+
+// Rows returns the number of rows merged into Σ.
+func (w *Whitener) Rows() int64 { return w.rows }
+
+// Batches returns the number of minibatches merged into Σ.
+func (w *Whitener) Batches() int64 { return w.batches }
+
+// Refreshes returns the number of times the operator was computed.
+func (w *Whitener) Refreshes() int64 { return w.refreshes }
+
+// Moments returns the running moments. They must not be modified.
+func (w *Whitener) Moments() *Moments { return w.mom }
+
+// Observe merges the rows of x that skip does not flag (skip may be nil)
+// into the running moments and refreshes the operator when the schedule
+// of WhitenSettings.RefreshEvery says so, or when the batch reaches
+// FreezeAfter. A frozen Whitener ignores x, and so does a batch whose rows
+// are all skipped. It returns ErrEigen (wrapped) if a refresh fails; the
+// moments keep the batch and the operator is unchanged.
+//
+// It panics with mat.ErrShape if x does not have Dim columns or skip is
+// non-nil and not one flag per row.
+func (w *Whitener) Observe(x mat.Matrix, skip []bool) error {
+	if _, c := x.Dims(); c != w.mom.dim {
+		panic(mat.ErrShape)
+	}
+	if w.Frozen() {
+		return nil
+	}
+	n := w.mom.Add(x, skip, w.s.Forget)
+	if n == 0 {
+		return nil
+	}
+	w.batches++
+	w.rows += int64(n)
+	if w.Frozen() {
+		return w.Refresh()
+	}
+	if every := int64(w.s.refreshEvery()); every > 0 && w.batches >= max(1, w.last+min(w.last, every)) {
+		w.last = w.batches
+		return w.Refresh()
+	}
+	return nil
+}
+
+// Refresh recomputes the operator from the current Σ. With no rows merged
+// it does nothing.
+func (w *Whitener) Refresh() error {
+	if w.mom.weight == 0 {
+		return nil
+	}
+	n := w.mom.dim
+	w.mom.Cov(&w.cov)
+	if !w.eig.Factorize(&w.cov, true) {
+		return fmt.Errorf("%w after %d rows", ErrEigen, w.rows)
+	}
+	vals := w.eig.Values(nil)
+	w.eig.VectorsTo(&w.vec)
+	lambda := w.s.lambda()
+	// W = U·diag(s)·Uᵀ, computed as (U·diag(s))·Uᵀ; the same for W⁻¹.
+	op, inv := mat.NewDense(n, n, nil), mat.NewDense(n, n, nil)
+	for k := range 2 {
+		w.tmp.Copy(&w.vec)
+		for j, e := range vals {
+			f := math.Sqrt(lambda + max(e, 0))
+			if k == 0 {
+				f = 1 / f
+			}
+			for i := 0; i < n; i++ {
+				w.tmp.Set(i, j, w.tmp.At(i, j)*f)
+			}
+		}
+		dst := op
+		if k == 1 {
+			dst = inv
+		}
+		dst.Mul(w.tmp, w.vec.T())
+	}
+	if !finite(op.RawMatrix().Data) || !finite(inv.RawMatrix().Data) {
+		return fmt.Errorf("%w: non-finite operator after %d rows", ErrEigen, w.rows)
+	}
+	// Symmetrise exactly, so that W = Wᵀ bit for bit.
+	for i := 0; i < n; i++ {
+		for j := i + 1; j < n; j++ {
+			op.Set(j, i, op.At(i, j))
+			inv.Set(j, i, inv.At(i, j))
+		}
+	}
+	w.op, w.inv = op, inv
+	w.refreshes++
+	return nil
+}
+
+func finite(s []float64) bool {
+	for _, v := range s {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// Whiten writes x·W into dst (each row whitened; W is symmetric). dst must
+// be r×Dim for an r×Dim x, or empty, and must not alias x. It panics with
+// mat.ErrShape on other shapes.
+func (w *Whitener) Whiten(dst *mat.Dense, x mat.Matrix) {
+	mulRows(dst, x, w.op)
+}
+
+// Unwhiten writes x·W⁻¹ into dst, undoing Whiten for display (App. C:
+// multiply by (λI+Σ)^(1/2)). Shapes as for Whiten.
+func (w *Whitener) Unwhiten(dst *mat.Dense, x mat.Matrix) {
+	mulRows(dst, x, w.inv)
+}
+
+func mulRows(dst *mat.Dense, x mat.Matrix, op *mat.Dense) {
+	r, c := x.Dims()
+	if n, _ := op.Dims(); c != n {
+		panic(mat.ErrShape)
+	}
+	reuseAs(dst, r, c)
+	dst.Mul(x, op)
+}
+
+// Operator returns a read-only view of the current operator W.
+func (w *Whitener) Operator() mat.Matrix { return readOnly{w.op} }
+
+// Clone returns a deep copy of w that shares nothing with it.
+func (w *Whitener) Clone() *Whitener {
+	c := *w
+	c.mom = w.mom.clone()
+	c.op = mat.DenseCopyOf(w.op)
+	c.inv = mat.DenseCopyOf(w.inv)
+	c.cov, c.eig, c.vec = mat.SymDense{}, mat.EigenSym{}, mat.Dense{}
+	c.tmp = mat.NewDense(w.mom.dim, w.mom.dim, nil)
+	return &c
+}
+
+// MarshalBinary encodes the settings, moments, schedule state and
+// operator of w, with float64 values bit-exact.
+func (w *Whitener) MarshalBinary() ([]byte, error) {
+	n := w.mom.dim
+	e := encoder{b: make([]byte, 0, 128+8*(3*n*n+n))}
+	e.u8(stateVersion)
+	e.u8(kindWhitener)
+	e.u64(uint64(n))
+	e.f64(w.s.Lambda)
+	e.i64(int64(w.s.RefreshEvery))
+	e.i64(w.s.FreezeAfter)
+	e.f64(w.s.Forget)
+	e.i64(w.batches)
+	e.i64(w.rows)
+	e.i64(w.last)
+	e.i64(w.refreshes)
+	w.mom.encode(&e)
+	e.dense(w.op)
+	e.dense(w.inv)
+	return e.b, nil
+}
+
+// UnmarshalBinary restores a state written by MarshalBinary into w, which
+// must have the same dimension. On error w is unchanged.
+func (w *Whitener) UnmarshalBinary(data []byte) error {
+	d := decoder{b: data}
+	if v := d.u8(); v != stateVersion {
+		return fmt.Errorf("%w: whitener state version %d, want %d", ErrVersion, v, stateVersion)
+	}
+	if k := d.u8(); k != kindWhitener {
+		return fmt.Errorf("%w: not a whitener state", ErrFormat)
+	}
+	n := w.mom.dim
+	if got := d.u64(); got != uint64(n) {
+		return fmt.Errorf("%w: whitener of dimension %d, receiver has %d", ErrFormat, got, n)
+	}
+	var s WhitenSettings
+	s.Lambda = d.f64()
+	s.RefreshEvery = int(d.i64())
+	s.FreezeAfter = d.i64()
+	s.Forget = d.f64()
+	c := &Whitener{s: s, mom: NewMoments(n), tmp: w.tmp}
+	c.batches, c.rows, c.last, c.refreshes = d.i64(), d.i64(), d.i64(), d.i64()
+	c.mom.decode(&d)
+	op, inv := make([]float64, n*n), make([]float64, n*n)
+	d.f64s(op)
+	d.f64s(inv)
+	if !d.done() {
+		return fmt.Errorf("%w: whitener state of %d bytes is truncated or too long", ErrFormat, len(data))
+	}
+	if err := s.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrFormat, err)
+	}
+	c.op, c.inv = mat.NewDense(n, n, op), mat.NewDense(n, n, inv)
+	*w = *c
+	return nil
+}
