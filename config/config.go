@@ -221,6 +221,10 @@ type KMeans struct {
 	LearningRate float64 `yaml:"learning_rate" live:"true"`
 	// Decay anneals the rate, η_t = η/(1+Decay·t), t in batches. Default 0.
 	Decay float64 `yaml:"decay" live:"true"`
+	// Memory is how many assigned patches an atom of average use averages
+	// over: per-atom counts decay so that the dictionary keeps converging
+	// and follows a drifting stream (.inf: never forget). Default 100.
+	Memory float64 `yaml:"memory" live:"true"`
 	// Code is vq (default) or gq.
 	Code string `yaml:"code" live:"true"`
 	// Threshold is t of f_gq. Default 0.3.

@@ -59,6 +59,7 @@ func DefaultPipeline(m Modality, name string) Pipeline {
 		KMeans: KMeans{
 			Atoms:        256,
 			LearningRate: 1,
+			Memory:       100,
 			Code:         CodeVQ,
 			Threshold:    0.3,
 			ReseedAfter:  100,

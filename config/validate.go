@@ -138,6 +138,7 @@ func (c *Config) validatePipeline(v *validator, p *Pipeline, path string) {
 	v.check(k.Atoms >= 1 && k.Atoms <= 1<<20, f("kmeans.atoms"), "must be in 1..1048576, got %d", k.Atoms)
 	v.check(k.LearningRate > 0 && k.LearningRate <= 1, f("kmeans.learning_rate"), "must be in (0, 1], got %g", k.LearningRate)
 	v.check(k.Decay >= 0, f("kmeans.decay"), "must be >= 0, got %g", k.Decay)
+	v.check(k.Memory > 0, f("kmeans.memory"), "must be > 0 (.inf never forgets), got %g", k.Memory)
 	v.check(oneOf(k.Code, CodeVQ, CodeGQ), f("kmeans.code"), "must be vq or gq, got %q", k.Code)
 	v.check(k.Threshold >= -1 && k.Threshold <= 1, f("kmeans.threshold"), "must be a cosine in [-1, 1], got %g", k.Threshold)
 	v.check(k.ReseedAfter >= 1, f("kmeans.reseed_after"), "must be >= 1, got %d", k.ReseedAfter)

@@ -57,7 +57,7 @@ func whitenSettings(p *config.Pipeline) online.WhitenSettings {
 func kmeansSettings(p *config.Pipeline, dim int) online.KMeansSettings {
 	return online.KMeansSettings{
 		K: p.KMeans.Atoms, Dim: dim, LearningRate: p.KMeans.LearningRate,
-		Decay: p.KMeans.Decay, ReseedAfter: p.KMeans.ReseedAfter,
+		Decay: p.KMeans.Decay, Memory: p.KMeans.Memory, ReseedAfter: p.KMeans.ReseedAfter,
 	}
 }
 

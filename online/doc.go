@@ -2,7 +2,8 @@
 // pipeline: patch extraction, mean removal, running moments and whitening,
 // row normalisation, and the online spherical k-means dictionary with its
 // sparse features f_vq and f_gq. It also holds the online vocabulary that
-// gives word streams their 1-hot feature.
+// gives word streams their 1-hot feature (Vocabulary) and the soft
+// K-nearest-neighbour evaluation of smt-minimalistic, App. J (KNN).
 //
 // Everything here is a plain synchronous library on gonum: no goroutines of
 // its own (gonum's parallel dgemm may use some), no I/O, no logging, no

@@ -1,6 +1,7 @@
 package online
 
 import (
+	"encoding"
 	"encoding/binary"
 	"errors"
 	"math"
@@ -17,6 +18,14 @@ var (
 	// another kind (a Whitener's state given to a KMeans), has another
 	// shape than the receiver, or holds invalid values.
 	ErrFormat = errors.New("online: malformed state")
+)
+
+var (
+	_ encoding.BinaryMarshaler   = (*KMeans)(nil)
+	_ encoding.BinaryUnmarshaler = (*KMeans)(nil)
+	_ encoding.BinaryMarshaler   = (*Whitener)(nil)
+	_ encoding.BinaryUnmarshaler = (*Whitener)(nil)
+	_ mat.Matrix                 = readOnly{}
 )
 
 // stateVersion is the leading byte of every state this package writes. It
