@@ -104,7 +104,7 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 		}
 		pl.publishSnapshot()
 		if pc.Input.Transport == config.Core {
-			pl.in, err = newCoreIntake(d.nc, &pl.cfg)
+			pl.in, err = newCoreIntake(d.nc, &pl.cfg, pl.lastSeq)
 		} else {
 			pl.in, pl.stream, err = newJSIntake(ctx, d.js, d.cfg, &pl.cfg, pl.lastSeq)
 		}

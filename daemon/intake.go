@@ -131,8 +131,10 @@ type coreIntake struct {
 	seq  uint64
 }
 
-func newCoreIntake(nc *nats.Conn, p *config.Pipeline) (*coreIntake, error) {
-	in := &coreIntake{ch: make(chan *nats.Msg, 4*p.Batch.Size), done: make(chan struct{})}
+// newCoreIntake subscribes to the pipeline's subject; arrival counts
+// continue after lastSeq, the count the restored model had reached.
+func newCoreIntake(nc *nats.Conn, p *config.Pipeline, lastSeq uint64) (*coreIntake, error) {
+	in := &coreIntake{ch: make(chan *nats.Msg, 4*p.Batch.Size), done: make(chan struct{}), seq: lastSeq}
 	sub, err := nc.Subscribe(p.Input.Subject, func(m *nats.Msg) {
 		select {
 		case in.ch <- m:
