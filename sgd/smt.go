@@ -1,0 +1,789 @@
+package sgd
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+
+	"github.com/smtd/smtd/online"
+	"gonum.org/v1/gonum/mat"
+)
+
+// SMTSettings configures an SMT. K, Blank and Dim are its shape and cannot
+// change; the rates may be tuned live with SetSettings. A zero field means
+// its documented default.
+type SMTSettings struct {
+	// K is the number of atoms of the dictionary. Required. P has K
+	// columns, K+1 with BlankAtom.
+	K int
+	// Blank must match the statistics' (see BlankMode). The zero value
+	// is BlankAtom.
+	Blank BlankMode
+	// Dim is the embedding dimension, the number of rows of P. Required.
+	Dim int
+	// LearningRate is η_P of Supp. C, step 1. The step is stable while
+	// 2γ₀η·λ_max(V⁻¹L) < 2; with the normalisation of Stats λ_max is a
+	// few units for 1-hot codes whatever the context range (2.0 to 2.5 on
+	// MNIST, K = 1024). Zero means 0.1.
+	LearningRate float64
+	// Decay anneals the rate: η_t = η/(1 + Decay·t), t the number of
+	// steps taken before this one, so that the minibatch noise dies out
+	// and P settles. Zero means no decay; it must be >= 0.
+	Decay float64
+	// Gamma0 is γ₀ of eq. 12, the weight of the smoothness term. Zero
+	// means 1; it must be >= 0.
+	Gamma0 float64
+	// Gamma1 is γ₁ of eq. 12, the weight of the sparsity term ‖PW‖₁,
+	// W = diag(⟨α⟩), applied by shrinkage (Supp. C, step 2). Zero means
+	// no shrinkage, the default: the closed-form optimum of eq. 3 is then
+	// the fixed point. It must be >= 0.
+	Gamma1 float64
+}
+
+const defaultLearningRate = 0.1
+
+func (s SMTSettings) learningRate() float64 {
+	if s.LearningRate == 0 {
+		return defaultLearningRate
+	}
+	return s.LearningRate
+}
+
+func (s SMTSettings) gamma0() float64 {
+	if s.Gamma0 == 0 {
+		return 1
+	}
+	return s.Gamma0
+}
+
+// Validate reports whether the settings are usable.
+func (s SMTSettings) Validate() error {
+	ok := func(v float64) bool { return v >= 0 && !math.IsInf(v, 1) }
+	switch {
+	case s.K < 1:
+		return fmt.Errorf("sgd: SMT K = %d: must be >= 1", s.K)
+	case !s.Blank.valid():
+		return fmt.Errorf("sgd: SMT %v: want atom or skip", s.Blank)
+	case s.Dim < 1 || s.Dim > s.Blank.atoms(s.K):
+		return fmt.Errorf("sgd: SMT dimension %d: must be in [1, %d]", s.Dim, s.Blank.atoms(s.K))
+	case !ok(s.LearningRate):
+		return fmt.Errorf("sgd: SMT learning rate %v: must be > 0 (0 means %v)", s.LearningRate, defaultLearningRate)
+	case !ok(s.Decay):
+		return fmt.Errorf("sgd: SMT decay %v: must be >= 0", s.Decay)
+	case !ok(s.Gamma0):
+		return fmt.Errorf("sgd: SMT gamma0 %v: must be > 0 (0 means 1)", s.Gamma0)
+	case !ok(s.Gamma1):
+		return fmt.Errorf("sgd: SMT gamma1 %v: must be >= 0", s.Gamma1)
+	}
+	return nil
+}
+
+// StepError reports a step that would have left P non-finite or the
+// constraint matrix PVPᵀ singular. P is left as it was before the step.
+type StepError struct {
+	Step   int64 // the number of steps taken before the failed one
+	Reason string
+}
+
+func (e *StepError) Error() string {
+	return fmt.Sprintf("sgd: SMT step %d failed: %s (P unchanged)", e.Step+1, e.Reason)
+}
+
+// unseenRidge is the ridge, relative to the mean of diag V, added to a
+// non-diagonal V before it is factorised.
+const unseenRidge = 1e-10
+
+// SMT is the embedding P of the sparse manifold transform learned online
+// by the whitened-gradient SGD of sparse-manifold-transform, Supp. C,
+// which solves (eq. 12, with the matrices of Stats)
+//
+//	min_P  γ₀ tr(P L Pᵀ) + γ₁ ‖P W‖₁   s.t.  P V Pᵀ = I,   W = diag(⟨α⟩),
+//
+// one minibatch at a time. Each step takes the minibatch's neighbour term
+// L_b (the same normalisation as Stats: per column of D) and the running
+// V, and does
+//
+//	η_t = η/(1 + Decay·t)
+//	P ← P − 2γ₀η_t P L_b V⁻¹                   (step 1, whitened gradient)
+//	P_ij ← sign(P_ij)·max(|P_ij| − η_tγ₁⟨α_j⟩, 0)   (step 2, shrinkage)
+//	P ← (P V Pᵀ)^(−1/2) P                      (step 3, parallel orthogonalisation)
+//
+// Supp. C shrinks by γ₁⟨α_j⟩; the threshold here also carries the rate
+// η_t, like a proximal step of η_tγ₁‖PW‖₁, so that annealing the rate
+// anneals the shrinkage with it and γ₁ keeps its meaning in eq. 12.
+// ⟨α_j⟩ = V_jj for binary codes. With γ₁ = 0 the iteration is a
+// stochastic subspace iteration on I − 2γ₀η V⁻¹L (in the metric V), whose
+// fixed points are the solutions of the generalized eigenproblem
+// L x = λ V x; it converges to the span of the Dim smallest, the
+// closed-form optimum (package spectral), when 2γ₀η·λ_max(V⁻¹L) < 2.
+//
+// P L_b is computed from the codes without forming L_b: each pair of
+// neighbours with codes α_i, α_j and embeddings β_i = Pα_i, β_j = Pα_j
+// adds (β_i − β_j)(α_i − α_j)ᵀ, which sums to Σ_i r_i α_iᵀ with r_i the
+// sum of β_i − β_j over the neighbours of i, computed with running window
+// sums in O(Dim) per patch whatever the range (whole images from the atom
+// histogram, see Stats). V⁻¹ is a
+// column scaling for 1-hot statistics; with MultiHot statistics V is
+// formed and factorised at every step (O(n³/3): small K only). An atom
+// never seen (V_jj = 0) is given the mean frequency of the seen atoms in
+// V⁻¹ and PVPᵀ, so that its random initial column keeps P of full rank
+// until it is seen; the constraint holds exactly in that regularised V.
+//
+// The embedding of a patch is β = Pα normalised (smt-minimalistic,
+// section 3); see EmbedImagesVQ.
+//
+// P is stored transposed, one row per atom (the embedding of the atom),
+// as n×Dim. Step*, SetP, SetSettings and UnmarshalBinary modify the SMT;
+// the other methods only read it and may run concurrently with each other,
+// so that a Clone is a safe snapshot for queries.
+type SMT struct {
+	s     SMTSettings
+	n     int
+	pt    *mat.Dense // n×Dim: row a is column a of P
+	unit  *mat.Dense // rows of pt scaled to unit norm (zero rows stay zero)
+	steps int64
+
+	c     csr
+	cat   []int
+	seg   []segment
+	gt    *mat.Dense // n×Dim workspace: (P L_b)ᵀ
+	next  *mat.Dense // n×Dim workspace: the new Pᵀ
+	beta  []float64  // rows×Dim workspace: β of multi-hot codes
+	cnt   []float64  // per-atom histogram, zero between uses
+	touch []int
+	u     spvec
+	tmp   spvec
+	diff  []float64
+	box   []float64 // 2·cells×Dim workspace: window sums
+	boxN  []float64 // 2·cells workspace: window counts
+	v     []float64
+	m     mat.SymDense
+	eig   mat.EigenSym
+	vec   mat.Dense
+	half  *mat.Dense
+	mm    *mat.Dense // Dim×Dim workspace
+	vals  []float64
+	vt    *mat.Dense // n×Dim workspace: V·Pᵀ
+	vsym  mat.SymDense
+	chol  mat.Cholesky
+
+	pool sync.Pool // *embedScratch
+}
+
+// NewSMT returns an SMT whose P has independent standard normal entries
+// drawn from src (the only randomness of the SMT). The first step
+// orthogonalises it. It panics if the settings are invalid.
+func NewSMT(s SMTSettings, src rand.Source) *SMT {
+	if err := s.Validate(); err != nil {
+		panic(err)
+	}
+	n := s.Blank.atoms(s.K)
+	m := newSMT(s)
+	rng := rand.New(src)
+	raw := m.pt.RawMatrix()
+	for a := 0; a < n; a++ {
+		for l := 0; l < s.Dim; l++ {
+			raw.Data[a*raw.Stride+l] = rng.NormFloat64()
+		}
+	}
+	m.refresh()
+	return m
+}
+
+func newSMT(s SMTSettings) *SMT {
+	n := s.Blank.atoms(s.K)
+	m := &SMT{
+		s:    s,
+		n:    n,
+		pt:   mat.NewDense(n, s.Dim, nil),
+		unit: mat.NewDense(n, s.Dim, nil),
+	}
+	m.pool.New = func() any { return new(embedScratch) }
+	return m
+}
+
+// Settings returns the current settings.
+func (m *SMT) Settings() SMTSettings { return m.s }
+
+// SetSettings replaces the rates (LearningRate, Decay, Gamma0, Gamma1)
+// for live tuning. It refuses another K, Blank or Dim.
+func (m *SMT) SetSettings(s SMTSettings) error {
+	if err := s.Validate(); err != nil {
+		return err
+	}
+	if s.K != m.s.K || s.Blank != m.s.Blank || s.Dim != m.s.Dim {
+		return fmt.Errorf("sgd: SMT K, blank and dimension cannot change live (%d, %v, %d to %d, %v, %d)",
+			m.s.K, m.s.Blank, m.s.Dim, s.K, s.Blank, s.Dim)
+	}
+	m.s = s
+	return nil
+}
+
+// Size returns the number of columns of P: K, or K+1 with BlankAtom (the
+// blank atom is the last).
+func (m *SMT) Size() int { return m.n }
+
+// Steps returns the number of SGD steps taken.
+func (m *SMT) Steps() int64 { return m.steps }
+
+// P returns a read-only Dim×Size() view of P. The view follows later
+// updates; Clone the SMT for a fixed copy.
+func (m *SMT) P() mat.Matrix { return mat.Transpose{Matrix: readOnly{m.pt}} }
+
+// Embeddings returns a read-only Size()×Dim view of Pᵀ: row a is the
+// embedding of atom a (before normalisation).
+func (m *SMT) Embeddings() mat.Matrix { return readOnly{m.pt} }
+
+// SetP replaces P, a Dim×Size() matrix, for example by the closed-form
+// solution of package spectral (to embed with it, or to start SGD from
+// it). It returns an error and leaves P unchanged if p holds NaN or Inf,
+// and panics with mat.ErrShape if p has another shape.
+func (m *SMT) SetP(p mat.Matrix) error {
+	r, c := p.Dims()
+	if r != m.s.Dim || c != m.n {
+		panic(mat.ErrShape)
+	}
+	next := mat.NewDense(m.n, m.s.Dim, nil)
+	next.Copy(p.T())
+	if !finite(next.RawMatrix().Data) {
+		return fmt.Errorf("sgd: SetP: P holds NaN or Inf")
+	}
+	m.pt = next
+	m.refresh()
+	return nil
+}
+
+// Finite reports whether every entry of P is finite.
+func (m *SMT) Finite() bool { return finite(m.pt.RawMatrix().Data) }
+
+// refresh recomputes the unit rows after P changed.
+func (m *SMT) refresh() {
+	m.unit = grownDense(m.unit, m.n, m.s.Dim)
+	pr, ur := m.pt.RawMatrix(), m.unit.RawMatrix()
+	for a := 0; a < m.n; a++ {
+		row := pr.Data[a*pr.Stride : a*pr.Stride+m.s.Dim]
+		dst := ur.Data[a*ur.Stride : a*ur.Stride+m.s.Dim]
+		var ss float64
+		for _, v := range row {
+			ss += v * v
+		}
+		if ss == 0 {
+			clear(dst)
+			continue
+		}
+		inv := 1 / math.Sqrt(ss)
+		for l, v := range row {
+			dst[l] = v * inv
+		}
+	}
+}
+
+func grownDense(d *mat.Dense, r, c int) *mat.Dense {
+	if d == nil {
+		return mat.NewDense(r, c, nil)
+	}
+	if dr, dc := d.Dims(); dr != r || dc != c {
+		return mat.NewDense(r, c, nil)
+	}
+	return d
+}
+
+// checkStats panics if st does not describe the codes of this SMT.
+func (m *SMT) checkStats(st *Stats) {
+	if st.s.K != m.s.K || st.s.Blank != m.s.Blank {
+		panic(fmt.Sprintf("sgd: SMT of K %d, blank %v stepped with stats of K %d, blank %v",
+			m.s.K, m.s.Blank, st.s.K, st.s.Blank))
+	}
+}
+
+// StepImagesVQ takes one SGD step on a minibatch of images coded by f_vq,
+// laid out as for Stats.AddImagesVQ, with the neighbours of st's Range and
+// st's V. Add the minibatch to st first, so that V includes it. A
+// minibatch without a counted row changes nothing.
+//
+// It returns a *StepError, leaving P unchanged, if the step would make P
+// non-finite or PVPᵀ singular. It panics with mat.ErrShape if
+// len(codes) != images·grid.Len(), and if st has another K or Blank or a
+// code is out of range.
+func (m *SMT) StepImagesVQ(st *Stats, codes []int, images int, grid online.PatchGrid) error {
+	m.checkStats(st)
+	m.seg = imageSegments(m.seg, len(codes), images, grid)
+	m.c.fromVQ(codes, m.s.K, m.s.Blank)
+	return m.stepGrid(st)
+}
+
+// StepImagesGQ is StepImagesVQ for f_gq codes, laid out as for
+// Stats.AddImagesGQ. Multi-hot codes need MultiHot statistics.
+func (m *SMT) StepImagesGQ(st *Stats, codes *online.SparseCodes, images int, grid online.PatchGrid) error {
+	m.checkStats(st)
+	m.seg = imageSegments(m.seg, codes.Rows, images, grid)
+	m.c.fromGQ(codes, m.s.K, m.s.Blank)
+	return m.stepGrid(st)
+}
+
+// StepSequencesVQ is StepImagesVQ for token sequences, laid out as for
+// Stats.AddSequencesVQ.
+func (m *SMT) StepSequencesVQ(st *Stats, codes []int, lengths []int) error {
+	m.checkStats(st)
+	m.seg = sequenceSegments(m.seg, len(codes), lengths)
+	m.c.fromVQ(codes, m.s.K, m.s.Blank)
+	return m.stepGrid(st)
+}
+
+// StepTemporalVQ takes one SGD step with the second-order temporal term
+// of one frame, the codes laid out as for Stats.AddTemporalVQ.
+func (m *SMT) StepTemporalVQ(st *Stats, prev, cur, next []int) error {
+	m.checkStats(st)
+	n := len(cur)
+	if len(prev) != n || len(next) != n {
+		panic(mat.ErrShape)
+	}
+	m.cat = append(append(append(m.cat[:0], prev...), cur...), next...)
+	m.c.fromVQ(m.cat, m.s.K, m.s.Blank)
+	m.startGradient()
+	pr, gr := m.pt.RawMatrix(), m.gt.RawMatrix()
+	dim := m.s.Dim
+	m.diff = grow(m.diff, dim)
+	var cols int64
+	for p := 0; p < n; p++ {
+		if m.c.empty(p) || m.c.empty(n+p) || m.c.empty(2*n+p) {
+			continue
+		}
+		m.u.reset()
+		m.u.addRow(m.c.row(n+p), 1, &m.tmp)
+		m.u.addRow(m.c.row(p), -0.5, &m.tmp)
+		m.u.addRow(m.c.row(2*n+p), -0.5, &m.tmp)
+		// (P·u)uᵀ: β_u = Σ u_k p_k added, times u_k, to each row u_k.
+		clear(m.diff)
+		for k, a := range m.u.idx {
+			axpy(m.diff, m.u.val[k], pr.Data[a*pr.Stride:a*pr.Stride+dim])
+		}
+		for k, a := range m.u.idx {
+			axpy(gr.Data[a*gr.Stride:a*gr.Stride+dim], m.u.val[k], m.diff)
+		}
+		cols++
+	}
+	return m.finishStep(st, cols)
+}
+
+func axpy(dst []float64, a float64, x []float64) {
+	for i, v := range x {
+		dst[i] += a * v
+	}
+}
+
+func (m *SMT) startGradient() {
+	m.gt = grownDense(m.gt, m.n, m.s.Dim)
+	m.gt.Zero()
+}
+
+// stepGrid computes P L_b for the grids m.seg of the codes m.c and steps.
+func (m *SMT) stepGrid(st *Stats) error {
+	c := &m.c
+	if c.counted == 0 {
+		return nil
+	}
+	if !c.oneHot && !st.s.MultiHot {
+		panic("sgd: multi-hot codes need StatsSettings.MultiHot")
+	}
+	m.startGradient()
+	dim := m.s.Dim
+	pr := m.pt.RawMatrix()
+	// β_i of every row: a row of Pᵀ for 1-hot codes, a sum of rows for
+	// multi-hot codes.
+	beta := func(i int) []float64 {
+		if c.oneHot {
+			a := c.first(i)
+			return pr.Data[a*pr.Stride : a*pr.Stride+dim]
+		}
+		return m.beta[i*dim : (i+1)*dim]
+	}
+	if !c.oneHot {
+		m.beta = grow(m.beta, c.rows()*dim)
+		clear(m.beta)
+		for i := 0; i < c.rows(); i++ {
+			for _, a := range c.row(i) {
+				axpy(m.beta[i*dim:(i+1)*dim], 1, pr.Data[a*pr.Stride:a*pr.Stride+dim])
+			}
+		}
+	}
+	m.diff = grow(m.diff, dim)
+	m.cnt = grow(m.cnt, m.n)
+	var cols int64
+	for _, sg := range m.seg {
+		d := st.s.Range
+		if d == 0 || d >= max(sg.rows, sg.cols)-1 {
+			cols += m.gradWhole(sg, beta)
+		} else {
+			cols += m.gradWindow(sg, d, beta)
+		}
+	}
+	return m.finishStep(st, cols)
+}
+
+// gradWindow adds Σ (β_i − β_j)(α_i − α_j)ᵀ over the pairs of neighbours
+// within range d of one grid, transposed, to m.gt, and returns the number
+// of pairs. Each pair contributes (β_i − β_j)α_iᵀ + (β_j − β_i)α_jᵀ, so
+// the sum is Σ_i r_i α_iᵀ with
+//
+//	r_i = Σ_{j∈N(i)} (β_i − β_j) = deg_i·β_i − (S_i − β_i),
+//
+// S_i the sum of β over the (2d+1)×(2d+1) window of i (itself included)
+// and deg_i the number of other coded patches in it. The window sums are
+// separable running sums, O(dim) per patch whatever d, instead of
+// O(dim·(2d+1)²) for the pairs one by one.
+func (m *SMT) gradWindow(sg segment, d int, beta func(int) []float64) int64 {
+	c := &m.c
+	gr := m.gt.RawMatrix()
+	dim := m.s.Dim
+	rows, cols := sg.rows, sg.cols
+	cells := rows * cols
+	m.box = grow(m.box, 2*cells*dim)
+	m.boxN = grow(m.boxN, 2*cells)
+	hs, vs := m.box[:cells*dim], m.box[cells*dim:]
+	hn, vn := m.boxN[:cells], m.boxN[cells:]
+	at := func(i int) []float64 { return beta(sg.first + i) }
+	// Horizontal running sums over columns c−d..c+d.
+	for r := 0; r < rows; r++ {
+		acc := hs[r*cols*dim : r*cols*dim+dim] // reuse the first cell as the accumulator start
+		clear(acc)
+		var n float64
+		for col := 0; col <= min(d, cols-1); col++ {
+			if i := r*cols + col; !c.empty(sg.first + i) {
+				axpy(acc, 1, at(i))
+				n++
+			}
+		}
+		for col := 0; col < cols; col++ {
+			i := r*cols + col
+			if col > 0 {
+				copy(hs[i*dim:(i+1)*dim], hs[(i-1)*dim:i*dim])
+				n = hn[i-1]
+				if in := col + d; in < cols && !c.empty(sg.first+r*cols+in) {
+					axpy(hs[i*dim:(i+1)*dim], 1, at(r*cols+in))
+					n++
+				}
+				if out := col - d - 1; out >= 0 && !c.empty(sg.first+r*cols+out) {
+					axpy(hs[i*dim:(i+1)*dim], -1, at(r*cols+out))
+					n--
+				}
+			}
+			hn[i] = n
+		}
+	}
+	// Vertical running sums of those over rows r−d..r+d.
+	for col := 0; col < cols; col++ {
+		for r := 0; r < rows; r++ {
+			i := r*cols + col
+			v := vs[i*dim : (i+1)*dim]
+			if r == 0 {
+				clear(v)
+				vn[i] = 0
+				for r2 := 0; r2 <= min(d, rows-1); r2++ {
+					j := r2*cols + col
+					axpy(v, 1, hs[j*dim:(j+1)*dim])
+					vn[i] += hn[j]
+				}
+				continue
+			}
+			p := (r-1)*cols + col
+			copy(v, vs[p*dim:(p+1)*dim])
+			vn[i] = vn[p]
+			if in := r + d; in < rows {
+				j := in*cols + col
+				axpy(v, 1, hs[j*dim:(j+1)*dim])
+				vn[i] += hn[j]
+			}
+			if out := r - d - 1; out >= 0 {
+				j := out*cols + col
+				axpy(v, -1, hs[j*dim:(j+1)*dim])
+				vn[i] -= hn[j]
+			}
+		}
+	}
+	var ends float64
+	for i := 0; i < cells; i++ {
+		if c.empty(sg.first + i) {
+			continue
+		}
+		deg := vn[i] - 1
+		ends += deg
+		bi := at(i)
+		r := m.diff
+		for l, x := range bi {
+			r[l] = (deg+1)*x - vs[i*dim+l]
+		}
+		for _, a := range c.row(sg.first + i) {
+			axpy(gr.Data[a*gr.Stride:a*gr.Stride+dim], 1, r)
+		}
+	}
+	return int64(ends) / 2
+}
+
+// gradWhole adds (n·H − s·sᵀ)Pᵀ for all pairs of one grid (see
+// Stats.addWhole): row a gets n·Σ_{i∋a} β_i − s_a·Σ_i β_i. It returns the
+// number of pairs n(n−1)/2.
+func (m *SMT) gradWhole(sg segment, beta func(int) []float64) int64 {
+	c := &m.c
+	gr := m.gt.RawMatrix()
+	dim := m.s.Dim
+	n := 0
+	for i := sg.first; i < sg.first+sg.rows*sg.cols; i++ {
+		if !c.empty(i) {
+			n++
+		}
+	}
+	if n < 2 {
+		return 0
+	}
+	clear(m.diff) // B = Σ_i β_i
+	m.touch = m.touch[:0]
+	fn := float64(n)
+	for i := sg.first; i < sg.first+sg.rows*sg.cols; i++ {
+		if c.empty(i) {
+			continue
+		}
+		bi := beta(i)
+		axpy(m.diff, 1, bi)
+		for _, a := range c.row(i) {
+			if m.cnt[a] == 0 {
+				m.touch = append(m.touch, a)
+			}
+			m.cnt[a]++
+			axpy(gr.Data[a*gr.Stride:a*gr.Stride+dim], fn, bi)
+		}
+	}
+	for _, a := range m.touch {
+		axpy(gr.Data[a*gr.Stride:a*gr.Stride+dim], -m.cnt[a], m.diff)
+		m.cnt[a] = 0
+	}
+	return int64(n) * int64(n-1) / 2
+}
+
+// finishStep scales m.gt = (P L)ᵀ summed over cols columns of D to the
+// minibatch mean and applies steps 1-3.
+func (m *SMT) finishStep(st *Stats, cols int64) error {
+	dim, n := m.s.Dim, m.n
+	eta := m.s.learningRate() / (1 + m.s.Decay*float64(m.steps))
+	step := 2 * m.s.gamma0() * eta
+	if cols > 0 {
+		step /= float64(cols)
+	} else {
+		step = 0
+	}
+	m.next = grownDense(m.next, n, dim)
+	m.next.Copy(m.pt)
+	nr, gr := m.next.RawMatrix(), m.gt.RawMatrix()
+
+	// The frequencies ⟨α_a⟩ = V_aa, unseen atoms at the mean.
+	m.v = st.DiagV(m.v)
+	var sum float64
+	seen := 0
+	for _, v := range m.v {
+		if v > 0 {
+			sum += v
+			seen++
+		}
+	}
+	mean := 1.0
+	if seen > 0 {
+		mean = sum / float64(seen)
+	}
+	for a, v := range m.v {
+		if !(v > 0) {
+			m.v[a] = mean
+		}
+	}
+
+	// Step 1: P ← P − 2γ₀η P L_b V⁻¹, as Pᵀ ← Pᵀ − 2γ₀η V⁻¹ (P L_b)ᵀ.
+	if step != 0 {
+		if st.DiagonalV() {
+			for a := 0; a < n; a++ {
+				axpy(nr.Data[a*nr.Stride:a*nr.Stride+dim], -step/m.v[a], gr.Data[a*gr.Stride:a*gr.Stride+dim])
+			}
+		} else {
+			if err := m.factorV(st, mean); err != nil {
+				return err
+			}
+			if err := m.chol.SolveTo(m.gt, m.gt); err != nil {
+				return &StepError{Step: m.steps, Reason: "V is singular: " + err.Error()}
+			}
+			gr = m.gt.RawMatrix()
+			for a := 0; a < n; a++ {
+				axpy(nr.Data[a*nr.Stride:a*nr.Stride+dim], -step, gr.Data[a*gr.Stride:a*gr.Stride+dim])
+			}
+		}
+	}
+
+	// Step 2: shrink column a of P (row a of Pᵀ) by η γ₁ ⟨α_a⟩.
+	if g1 := m.s.Gamma1; g1 > 0 {
+		for a := 0; a < n; a++ {
+			t := eta * g1 * m.v[a]
+			row := nr.Data[a*nr.Stride : a*nr.Stride+dim]
+			for l, x := range row {
+				switch {
+				case x > t:
+					row[l] = x - t
+				case x < -t:
+					row[l] = x + t
+				default:
+					row[l] = 0
+				}
+			}
+		}
+	}
+
+	// Step 3: P ← (P V Pᵀ)^(−1/2) P, as Pᵀ ← Pᵀ M^(−1/2), M = P V Pᵀ.
+	if err := m.orthogonalize(st, mean); err != nil {
+		return err
+	}
+	if !finite(m.next.RawMatrix().Data) {
+		return &StepError{Step: m.steps, Reason: "P became non-finite"}
+	}
+	m.pt, m.next = m.next, m.pt
+	m.steps++
+	m.refresh()
+	return nil
+}
+
+// factorV factorises the regularised V of MultiHot statistics into
+// m.chol: unseen atoms get the mean frequency on the diagonal, and a
+// ridge of unseenRidge·mean keeps the factorisation defined when atoms
+// always fire together.
+func (m *SMT) factorV(st *Stats, mean float64) error {
+	st.VTo(&m.vsym)
+	for a := 0; a < m.n; a++ {
+		m.vsym.SetSym(a, a, m.v[a]+unseenRidge*mean)
+	}
+	if !m.chol.Factorize(&m.vsym) {
+		return &StepError{Step: m.steps, Reason: "V is not positive definite"}
+	}
+	return nil
+}
+
+// orthogonalize replaces m.next (Pᵀ) by Pᵀ (P V Pᵀ)^(−1/2).
+func (m *SMT) orthogonalize(st *Stats, mean float64) error {
+	dim, n := m.s.Dim, m.n
+	m.vt = grownDense(m.vt, n, dim)
+	if st.DiagonalV() {
+		// V Pᵀ: row a of Pᵀ scaled by V_aa (regularised).
+		nr, vr := m.next.RawMatrix(), m.vt.RawMatrix()
+		for a := 0; a < n; a++ {
+			dst := vr.Data[a*vr.Stride : a*vr.Stride+dim]
+			for l, x := range nr.Data[a*nr.Stride : a*nr.Stride+dim] {
+				dst[l] = m.v[a] * x
+			}
+		}
+	} else {
+		st.VTo(&m.vsym)
+		for a := 0; a < n; a++ {
+			m.vsym.SetSym(a, a, m.v[a])
+		}
+		m.vt.Mul(&m.vsym, m.next)
+	}
+	if m.m.IsEmpty() {
+		m.m.ReuseAsSym(dim)
+	}
+	m.mm = grownDense(m.mm, dim, dim)
+	m.mm.Mul(m.next.T(), m.vt)
+	for i := 0; i < dim; i++ {
+		for j := i; j < dim; j++ {
+			m.m.SetSym(i, j, 0.5*(m.mm.At(i, j)+m.mm.At(j, i)))
+		}
+	}
+	if !m.eig.Factorize(&m.m, true) {
+		return &StepError{Step: m.steps, Reason: "eigendecomposition of PVPᵀ failed"}
+	}
+	m.vals = grow(m.vals, dim)
+	vals := m.eig.Values(m.vals)
+	m.eig.VectorsTo(&m.vec)
+	top := vals[len(vals)-1]
+	if !(vals[0] > 1e-13*top) {
+		return &StepError{Step: m.steps, Reason: fmt.Sprintf("PVPᵀ is singular (eigenvalues %.3g to %.3g)", vals[0], top)}
+	}
+	// M^(−1/2) = U diag(λ^(−1/2)) Uᵀ.
+	m.half = grownDense(m.half, dim, dim)
+	m.mm.Copy(&m.vec)
+	for j, l := range vals {
+		f := 1 / math.Sqrt(l)
+		for i := 0; i < dim; i++ {
+			m.mm.Set(i, j, m.mm.At(i, j)*f)
+		}
+	}
+	m.half.Mul(m.mm, m.vec.T())
+	m.vt.Mul(m.next, m.half)
+	m.next, m.vt = m.vt, m.next
+	return nil
+}
+
+// Clone returns a deep copy of the SMT that shares nothing with m.
+func (m *SMT) Clone() *SMT {
+	c := newSMT(m.s)
+	c.pt.Copy(m.pt)
+	c.unit.Copy(m.unit)
+	c.steps = m.steps
+	return c
+}
+
+// MarshalBinary encodes the settings, the step count and P, float64s
+// bit-exact.
+func (m *SMT) MarshalBinary() ([]byte, error) {
+	e := encoder{b: make([]byte, 0, 96+8*m.n*m.s.Dim)}
+	e.u8(stateVersion)
+	e.u8(kindSMT)
+	e.u64(uint64(m.s.K))
+	e.u8(byte(m.s.Blank))
+	e.u64(uint64(m.s.Dim))
+	e.f64(m.s.LearningRate)
+	e.f64(m.s.Decay)
+	e.f64(m.s.Gamma0)
+	e.f64(m.s.Gamma1)
+	e.i64(m.steps)
+	e.f64s(m.pt.RawMatrix().Data)
+	return e.b, nil
+}
+
+// UnmarshalBinary restores a state written by MarshalBinary, settings
+// included, into m, which must have the same K, Blank and Dim. On error m
+// is unchanged.
+func (m *SMT) UnmarshalBinary(data []byte) error {
+	d := decoder{b: data}
+	if v := d.u8(); v != stateVersion {
+		return fmt.Errorf("%w: SMT state version %d, want %d", ErrVersion, v, stateVersion)
+	}
+	if kind := d.u8(); kind != kindSMT {
+		return fmt.Errorf("%w: not an SMT state", ErrFormat)
+	}
+	s := SMTSettings{K: int(d.u64()), Blank: BlankMode(d.u8()), Dim: int(d.u64())}
+	if d.bad || s.K != m.s.K || s.Blank != m.s.Blank || s.Dim != m.s.Dim {
+		return fmt.Errorf("%w: SMT state of K %d, blank %v, dimension %d; receiver has %d, %v, %d",
+			ErrFormat, s.K, s.Blank, s.Dim, m.s.K, m.s.Blank, m.s.Dim)
+	}
+	s.LearningRate, s.Decay, s.Gamma0, s.Gamma1 = d.f64(), d.f64(), d.f64(), d.f64()
+	steps := d.i64()
+	p := make([]float64, m.n*m.s.Dim)
+	d.f64s(p)
+	if !d.done() {
+		return fmt.Errorf("%w: SMT state of %d bytes is truncated or too long", ErrFormat, len(data))
+	}
+	if err := s.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrFormat, err)
+	}
+	if steps < 0 || !finite(p) {
+		return fmt.Errorf("%w: SMT values out of range", ErrFormat)
+	}
+	m.s = s
+	m.steps = steps
+	m.pt = mat.NewDense(m.n, m.s.Dim, p)
+	m.refresh()
+	return nil
+}
+
+// readOnly is a mat.Matrix view that does not expose its storage, so a
+// caller cannot type-assert it back to *mat.Dense and write into P.
+type readOnly struct{ m *mat.Dense }
+
+func (r readOnly) Dims() (int, int)    { return r.m.Dims() }
+func (r readOnly) At(i, j int) float64 { return r.m.At(i, j) }
+func (r readOnly) T() mat.Matrix       { return mat.Transpose{Matrix: r} }

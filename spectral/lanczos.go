@@ -1,0 +1,265 @@
+package spectral
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"gonum.org/v1/gonum/blas"
+	"gonum.org/v1/gonum/blas/blas64"
+	"gonum.org/v1/gonum/mat"
+)
+
+// Operator is a symmetric linear operator on R^n, given only by its
+// products, so that a large sparse or packed matrix never has to be
+// formed.
+type Operator interface {
+	// Size returns n.
+	Size() int
+	// Apply sets dst = A·x. dst and x have length n and do not alias.
+	Apply(dst, x []float64)
+}
+
+// LanczosSettings configures Smallest. A zero field means its documented
+// default.
+type LanczosSettings struct {
+	// Basis is the size m of the Krylov basis kept between restarts. It
+	// must exceed the number of eigenpairs wanted. Zero means
+	// max(2·nev + 20, nev + 40), at most n.
+	Basis int
+	// Tol is the residual at which a Ritz pair (θ, y) counts as
+	// converged: ‖A y − θ y‖ ≤ Tol·‖A‖, with ‖A‖ estimated by the largest
+	// Ritz value in magnitude seen. Zero means 1e-9.
+	Tol float64
+	// MaxApply bounds the number of operator applications. Zero means
+	// 20·n + 1000.
+	MaxApply int
+}
+
+// Validate reports whether the settings are usable.
+func (s LanczosSettings) Validate() error {
+	switch {
+	case s.Basis < 0:
+		return fmt.Errorf("spectral: lanczos basis %d: must be >= 0", s.Basis)
+	case !(s.Tol >= 0 && s.Tol < 1):
+		return fmt.Errorf("spectral: lanczos tolerance %v: must be in [0, 1) (0 means 1e-9)", s.Tol)
+	case s.MaxApply < 0:
+		return fmt.Errorf("spectral: lanczos max applications %d: must be >= 0", s.MaxApply)
+	}
+	return nil
+}
+
+// LanczosResult is what Smallest found.
+type LanczosResult struct {
+	// Values are the nev smallest eigenvalues, ascending.
+	Values []float64
+	// Vectors is n×nev: column i is the unit eigenvector of Values[i].
+	Vectors *mat.Dense
+	// Residuals are ‖A y_i − θ_i y_i‖ of each pair.
+	Residuals []float64
+	// Applies and Restarts count the operator applications and the
+	// thick restarts.
+	Applies, Restarts int
+}
+
+// ErrNoConvergence is wrapped by the error of Smallest when MaxApply
+// applications did not bring every wanted pair below the tolerance. The
+// result holds the best pairs found.
+var ErrNoConvergence = errors.New("spectral: lanczos did not converge")
+
+// Smallest returns the nev smallest eigenpairs of the symmetric operator
+// op by the thick-restart Lanczos method (Wu and Simon, 2000) with full
+// reorthogonalisation:
+//
+//	w = A q_j,  h = Qᵀw,  w ← w − Qh (twice),  T_{:j} = h,
+//	β_j = ‖w‖,  q_{j+1} = w/β_j                     (j = k, ..., m−1)
+//	T = S Θ Sᵀ;  residual of Ritz pair i = |β_{m−1} S_{m−1,i}|
+//
+// and, until the nev smallest pairs have converged, a restart that keeps
+// the k smallest Ritz vectors Q·S_{:,<k} and q_m, so the basis never
+// exceeds m vectors: memory (m+1)·n and O(n·m) work per step besides the
+// product. Full reorthogonalisation keeps the basis orthonormal to
+// rounding, so no spurious copies of converged eigenvalues appear; an
+// invariant subspace (β ≈ 0: a repeated eigenvalue, a disconnected
+// component) is left by continuing with a fresh random vector, so
+// multiplicities are found too. The start vector and the fresh vectors are
+// drawn from src.
+//
+// It panics if nev < 1 or nev > op.Size(), and if the settings are
+// invalid. If the tolerance is not reached within MaxApply applications it
+// returns the best pairs found and an error wrapping ErrNoConvergence.
+func Smallest(op Operator, nev int, s LanczosSettings, src rand.Source) (LanczosResult, error) {
+	if err := s.Validate(); err != nil {
+		panic(err)
+	}
+	n := op.Size()
+	if nev < 1 || nev > n {
+		panic(fmt.Sprintf("spectral: %d eigenpairs of a %d×%d operator", nev, n, n))
+	}
+	m := s.Basis
+	if m == 0 {
+		m = max(2*nev+20, nev+40)
+	}
+	m = min(m, n)
+	if m <= nev && m < n {
+		panic(fmt.Sprintf("spectral: lanczos basis %d must exceed the %d eigenpairs wanted", m, nev))
+	}
+	tol := s.Tol
+	if tol == 0 {
+		tol = 1e-9
+	}
+	maxApply := s.MaxApply
+	if maxApply == 0 {
+		maxApply = 20*n + 1000
+	}
+	rng := rand.New(src)
+
+	q := make([]float64, (m+1)*n) // basis vectors, one per row
+	basis := func(rows int) blas64.General {
+		return blas64.General{Rows: rows, Cols: n, Stride: n, Data: q[:rows*n]}
+	}
+	vec := func(j int) blas64.Vector { return blas64.Vector{N: n, Inc: 1, Data: q[j*n : (j+1)*n]} }
+	t := mat.NewSymDense(m, nil)
+	h := make([]float64, m+1)
+	h2 := make([]float64, m+1)
+	w := make([]float64, n)
+	wv := blas64.Vector{N: n, Inc: 1, Data: w}
+
+	// orthogonalize removes from w its components along the first j
+	// basis vectors, twice ("twice is enough"), accumulating them in h.
+	orthogonalize := func(j int) {
+		if j == 0 {
+			return
+		}
+		b := basis(j)
+		hv := blas64.Vector{N: j, Inc: 1, Data: h[:j]}
+		h2v := blas64.Vector{N: j, Inc: 1, Data: h2[:j]}
+		blas64.Gemv(blas.NoTrans, 1, b, wv, 0, hv)
+		blas64.Gemv(blas.Trans, -1, b, hv, 1, wv)
+		blas64.Gemv(blas.NoTrans, 1, b, wv, 0, h2v)
+		blas64.Gemv(blas.Trans, -1, b, h2v, 1, wv)
+		for i := 0; i < j; i++ {
+			h[i] += h2[i]
+		}
+	}
+	// fresh fills basis row j with a random unit vector orthogonal to
+	// rows 0..j−1; it reports false if none exists (j = n).
+	fresh := func(j int) bool {
+		for try := 0; try < 5; try++ {
+			for i := range w {
+				w[i] = rng.NormFloat64()
+			}
+			orthogonalize(j)
+			if nrm := blas64.Nrm2(wv); nrm > 1e-8*math.Sqrt(float64(n)) {
+				blas64.Copy(wv, vec(j))
+				blas64.Scal(1/nrm, vec(j))
+				return true
+			}
+		}
+		return false
+	}
+	fresh(0)
+
+	var res LanczosResult
+	var eig mat.EigenSym
+	var sv mat.Dense
+	anorm := 0.0
+	k := 0 // basis vectors kept from the last restart
+	for {
+		// Extend the basis from k to m vectors.
+		last := 0.0 // β of the last step: the coupling to q_m
+		used := m
+		for j := k; j < m; j++ {
+			op.Apply(w, q[j*n:(j+1)*n])
+			res.Applies++
+			orthogonalize(j + 1)
+			for i := 0; i <= j; i++ {
+				t.SetSym(i, j, h[i])
+			}
+			beta := blas64.Nrm2(wv)
+			anorm = max(anorm, math.Abs(h[j]), beta)
+			if j+1 == n {
+				used, last = n, 0
+				break
+			}
+			if beta <= 1e-12*max(anorm, 1e-300) {
+				// Invariant subspace: continue with a fresh direction,
+				// uncoupled from the basis so far.
+				if !fresh(j + 1) {
+					used, last = j+1, 0
+					break
+				}
+				last = 0
+				continue
+			}
+			blas64.Copy(wv, vec(j+1))
+			blas64.Scal(1/beta, vec(j+1))
+			last = beta
+		}
+
+		// Rayleigh–Ritz on the basis.
+		tu := mat.NewSymDense(used, nil)
+		for i := 0; i < used; i++ {
+			for j := i; j < used; j++ {
+				tu.SetSym(i, j, t.At(i, j))
+			}
+		}
+		if !eig.Factorize(tu, true) {
+			return res, fmt.Errorf("spectral: eigendecomposition of the %d×%d projected matrix failed", used, used)
+		}
+		theta := eig.Values(nil)
+		eig.VectorsTo(&sv)
+		anorm = max(anorm, math.Abs(theta[0]), math.Abs(theta[used-1]))
+		res.Residuals = make([]float64, nev)
+		done := true
+		for i := 0; i < nev; i++ {
+			res.Residuals[i] = math.Abs(last * sv.At(used-1, i))
+			if res.Residuals[i] > tol*anorm {
+				done = false
+			}
+		}
+		if done || res.Applies >= maxApply || used < m {
+			res.Values = theta[:nev]
+			res.Vectors = ritz(q, n, used, &sv, nev)
+			if !done && used >= m {
+				worst := 0.0
+				for _, r := range res.Residuals {
+					worst = max(worst, r/anorm)
+				}
+				return res, fmt.Errorf("%w after %d applications: relative residual %.3g > %.3g", ErrNoConvergence, res.Applies, worst, tol)
+			}
+			return res, nil
+		}
+
+		// Thick restart: keep the kk smallest Ritz vectors and q_m.
+		kk := min(nev+(m-nev)/2, m-1)
+		kept := ritz(q, n, used, &sv, kk) // n×kk
+		for i := 0; i < kk; i++ {
+			dst := q[i*n : (i+1)*n]
+			for l := 0; l < n; l++ {
+				dst[l] = kept.At(l, i)
+			}
+		}
+		copy(q[kk*n:(kk+1)*n], q[m*n:(m+1)*n])
+		for i := 0; i < m; i++ {
+			for j := i; j < m; j++ {
+				t.SetSym(i, j, 0)
+			}
+		}
+		for i := 0; i < kk; i++ {
+			t.SetSym(i, i, theta[i])
+		}
+		k = kk
+		res.Restarts++
+	}
+}
+
+// ritz returns the first c Ritz vectors Q_{<used}ᵀ S_{:,<c} as the columns
+// of an n×c matrix.
+func ritz(q []float64, n, used int, s *mat.Dense, c int) *mat.Dense {
+	qm := mat.NewDense(used, n, q[:used*n])
+	var y mat.Dense
+	y.Mul(s.Slice(0, used, 0, c).T(), qm) // c×n
+	return mat.DenseCopyOf(y.T())
+}

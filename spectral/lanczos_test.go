@@ -1,0 +1,155 @@
+package spectral_test
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/smtd/smtd/spectral"
+	"gonum.org/v1/gonum/floats/scalar"
+	"gonum.org/v1/gonum/mat"
+)
+
+// symOp applies a dense symmetric matrix.
+type symOp struct{ a *mat.SymDense }
+
+func (o symOp) Size() int { return o.a.SymmetricDim() }
+func (o symOp) Apply(dst, x []float64) {
+	y := mat.NewVecDense(len(dst), dst)
+	y.MulVec(o.a, mat.NewVecDense(len(x), x))
+}
+
+// laplacian returns the normalised Laplacian of a random graph on n nodes
+// made of the given number of connected components, each a ring plus
+// random chords, so its spectrum has clusters and, with components > 1, a
+// repeated eigenvalue 0.
+func laplacian(rng *rand.Rand, n, components int) *mat.SymDense {
+	w := mat.NewSymDense(n, nil)
+	size := n / components
+	for c := 0; c < components; c++ {
+		lo, hi := c*size, (c+1)*size
+		if c == components-1 {
+			hi = n
+		}
+		for i := lo; i < hi; i++ {
+			j := lo + (i-lo+1)%(hi-lo)
+			w.SetSym(i, j, 1)
+			for e := 0; e < 2; e++ {
+				k := lo + rng.IntN(hi-lo)
+				if k != i {
+					w.SetSym(i, k, w.At(i, k)+rng.Float64())
+				}
+			}
+		}
+	}
+	deg := make([]float64, n)
+	for i := 0; i < n; i++ {
+		for j := 0; j < n; j++ {
+			if i != j {
+				deg[i] += w.At(i, j)
+			}
+		}
+	}
+	l := mat.NewSymDense(n, nil)
+	for i := 0; i < n; i++ {
+		for j := i; j < n; j++ {
+			v := -w.At(i, j)
+			if i == j {
+				v = deg[i]
+			}
+			l.SetSym(i, j, v/math.Sqrt(deg[i]*deg[j]))
+		}
+	}
+	return l
+}
+
+func TestSmallestMatchesDense(t *testing.T) {
+	for _, tc := range []struct {
+		n, nev, basis, components int
+	}{
+		{300, 8, 0, 1},
+		{300, 8, 20, 1}, // a small basis forces many restarts
+		{200, 6, 0, 3},  // eigenvalue 0 three times
+		{40, 10, 40, 1}, // basis = n: exact
+		{400, 30, 0, 1},
+	} {
+		t.Run(fmt.Sprintf("n=%d/nev=%d/basis=%d/components=%d", tc.n, tc.nev, tc.basis, tc.components), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(tc.n), uint64(tc.nev)))
+			a := laplacian(rng, tc.n, tc.components)
+			var eig mat.EigenSym
+			if !eig.Factorize(a, false) {
+				t.Fatal("dense eigendecomposition failed")
+			}
+			want := eig.Values(nil)[:tc.nev]
+			res, err := spectral.Smallest(symOp{a}, tc.nev, spectral.LanczosSettings{Basis: tc.basis, Tol: 1e-10}, rand.NewPCG(1, 2))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, w := range want {
+				if !scalar.EqualWithinAbs(res.Values[i], w, 1e-8) {
+					t.Errorf("value %d = %.12g, want %.12g", i, res.Values[i], w)
+				}
+			}
+			// Residuals and orthonormality of the vectors.
+			var av, yty mat.Dense
+			av.Mul(a, res.Vectors)
+			for i := 0; i < tc.nev; i++ {
+				var r float64
+				for l := 0; l < tc.n; l++ {
+					d := av.At(l, i) - res.Values[i]*res.Vectors.At(l, i)
+					r += d * d
+				}
+				if math.Sqrt(r) > 1e-7 {
+					t.Errorf("pair %d: residual %.3g", i, math.Sqrt(r))
+				}
+			}
+			yty.Mul(res.Vectors.T(), res.Vectors)
+			for i := 0; i < tc.nev; i++ {
+				for j := 0; j < tc.nev; j++ {
+					want := 0.0
+					if i == j {
+						want = 1
+					}
+					if math.Abs(yty.At(i, j)-want) > 1e-9 {
+						t.Fatalf("YᵀY[%d,%d] = %v, want %v", i, j, yty.At(i, j), want)
+					}
+				}
+			}
+			if tc.basis == 20 && res.Restarts == 0 {
+				t.Error("a basis of 20 for 8 pairs did not restart")
+			}
+		})
+	}
+}
+
+func TestSmallestNoConvergence(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	a := laplacian(rng, 300, 1)
+	res, err := spectral.Smallest(symOp{a}, 8, spectral.LanczosSettings{Basis: 12, MaxApply: 30}, rand.NewPCG(1, 2))
+	if !errors.Is(err, spectral.ErrNoConvergence) {
+		t.Fatalf("error %v, want ErrNoConvergence", err)
+	}
+	if res.Vectors == nil || len(res.Values) != 8 || res.Applies < 30 {
+		t.Errorf("partial result: %d values, %d applications", len(res.Values), res.Applies)
+	}
+}
+
+func TestLanczosSettings(t *testing.T) {
+	for _, tc := range []struct {
+		s  spectral.LanczosSettings
+		ok bool
+	}{
+		{spectral.LanczosSettings{}, true},
+		{spectral.LanczosSettings{Basis: 40, Tol: 1e-6, MaxApply: 100}, true},
+		{spectral.LanczosSettings{Basis: -1}, false},
+		{spectral.LanczosSettings{Tol: 1}, false},
+		{spectral.LanczosSettings{Tol: math.NaN()}, false},
+		{spectral.LanczosSettings{MaxApply: -3}, false},
+	} {
+		if err := tc.s.Validate(); (err == nil) != tc.ok {
+			t.Errorf("%+v: Validate() = %v, want ok %v", tc.s, err, tc.ok)
+		}
+	}
+}
