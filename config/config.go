@@ -119,6 +119,8 @@ type Pipeline struct {
 	Whiten Whiten `yaml:"whiten"`
 	// KMeans configures the online spherical k-means dictionary.
 	KMeans KMeans `yaml:"kmeans"`
+	// SMT configures the sparse manifold transform embedding of the codes.
+	SMT SMT `yaml:"smt"`
 	// Text configures word-token pipelines.
 	Text TextSettings `yaml:"text"`
 }
@@ -232,6 +234,57 @@ type KMeans struct {
 	// ReseedAfter re-seeds an atom unused for this many batches from recent
 	// data. Default 100.
 	ReseedAfter int `yaml:"reseed_after" live:"true"`
+}
+
+// Solvers of the SMT embedding.
+const (
+	SolverSGD    = "sgd"    // whitened-gradient SGD, a step per minibatch
+	SolverClosed = "closed" // generalised eigenproblem, solved from time to time
+)
+
+// SMT configures the sparse manifold transform (sparse-manifold-transform
+// section 3 and Supp. C; smt-minimalistic sections 2-3): an embedding P of
+// the k-means codes, min ‖PAD‖² s.t. PVPᵀ = I, with D the first-order
+// neighbour relation of patches within Context grid positions.
+type SMT struct {
+	// Dim is the embedding dimension (rows of P); 0 turns SMT off and the
+	// pipeline publishes pooled k-means codes. Default 32 for images, 0
+	// for video frames.
+	Dim int `yaml:"dim"`
+	// Context is the range d, in patch positions: patches whose grid rows
+	// and columns each differ by at most d are neighbours; 0 means the
+	// whole image. Default 3.
+	Context int `yaml:"context"`
+	// Blank is how blank patches enter: atom (one more atom, default) or
+	// skip (left out, zero embedding).
+	Blank string `yaml:"blank"`
+	// Solver is sgd (default) or closed.
+	Solver string `yaml:"solver"`
+	// LearningRate is η of the SGD step; stable below about 0.4.
+	// Default 0.1.
+	LearningRate float64 `yaml:"learning_rate" live:"true"`
+	// Decay anneals η_t = η/(1+Decay·t), t in SGD steps. Default 0.01.
+	Decay float64 `yaml:"decay" live:"true"`
+	// Gamma0 weighs the smoothness term (γ₀ of Supp. C). Default 1.
+	Gamma0 float64 `yaml:"gamma0" live:"true"`
+	// Gamma1 weighs the sparsity term by shrinkage (γ₁); 0 (default) has
+	// the closed-form optimum as fixed point.
+	Gamma1 float64 `yaml:"gamma1" live:"true"`
+	// Memory is how many patches the statistics V and ADDᵀAᵀ average
+	// over, so they follow a dictionary that still moves; 0 never
+	// forgets. Default 5000000.
+	Memory float64 `yaml:"memory" live:"true"`
+	// SolveEvery re-solves the closed form every this many minibatches
+	// (and before every checkpoint). Default 100.
+	SolveEvery int `yaml:"solve_every" live:"true"`
+	// Drop leaves out this many of the smallest eigenvectors in the
+	// closed form (the first is the constant function). Default 0.
+	Drop int `yaml:"drop"`
+	// PoolKernel and PoolStride pool the patch embeddings of an image
+	// (average pooling, then per-position L2 normalisation). Defaults 4
+	// and 2.
+	PoolKernel int `yaml:"pool_kernel"`
+	PoolStride int `yaml:"pool_stride"`
 }
 
 // TextSettings configures word-token pipelines.

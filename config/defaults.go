@@ -64,6 +64,19 @@ func DefaultPipeline(m Modality, name string) Pipeline {
 			Threshold:    0.3,
 			ReseedAfter:  100,
 		},
+		SMT: SMT{
+			Dim:          32,
+			Context:      3,
+			Blank:        "atom",
+			Solver:       SolverSGD,
+			LearningRate: 0.1,
+			Decay:        0.01,
+			Gamma0:       1,
+			Memory:       5000000,
+			SolveEvery:   100,
+			PoolKernel:   4,
+			PoolStride:   2,
+		},
 		Text: TextSettings{Vocabulary: 50000, MaxTokens: 10000},
 	}
 	switch m {
@@ -72,9 +85,11 @@ func DefaultPipeline(m Modality, name string) Pipeline {
 	case Video:
 		p.Input.Subject = "smtd.in.frames"
 		p.Image = ImageShape{Width: 32, Height: 32, Channels: 1}
+		p.SMT.Dim = 0 // the temporal SMT of video is not there yet
 	case Text:
 		p.Input.Subject = "smtd.in.words"
 		p.Batch.Size = 256
+		p.SMT.Dim = 0 // word embeddings are not there yet
 	}
 	return p
 }

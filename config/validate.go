@@ -142,6 +142,24 @@ func (c *Config) validatePipeline(v *validator, p *Pipeline, path string) {
 	v.check(oneOf(k.Code, CodeVQ, CodeGQ), f("kmeans.code"), "must be vq or gq, got %q", k.Code)
 	v.check(k.Threshold >= -1 && k.Threshold <= 1, f("kmeans.threshold"), "must be a cosine in [-1, 1], got %g", k.Threshold)
 	v.check(k.ReseedAfter >= 1, f("kmeans.reseed_after"), "must be >= 1, got %d", k.ReseedAfter)
+	m := p.SMT
+	v.check(m.Dim >= 0 && (m.Dim <= k.Atoms || k.Atoms < 1), f("smt.dim"), "must be in 0..kmeans.atoms (%d), got %d", k.Atoms, m.Dim)
+	if m.Dim == 0 {
+		return
+	}
+	v.check(m.Context >= 0, f("smt.context"), "must be >= 0 (0: whole image), got %d", m.Context)
+	v.check(oneOf(m.Blank, "atom", "skip"), f("smt.blank"), "must be atom or skip, got %q", m.Blank)
+	v.check(oneOf(m.Solver, SolverSGD, SolverClosed), f("smt.solver"), "must be sgd or closed, got %q", m.Solver)
+	v.check(m.Solver != SolverSGD || k.Code == CodeVQ, f("smt.solver"), "sgd needs kmeans.code vq (f_gq codes: use closed)")
+	v.check(m.LearningRate > 0 && m.LearningRate < 1, f("smt.learning_rate"), "must be in (0, 1), got %g", m.LearningRate)
+	v.check(m.Decay >= 0, f("smt.decay"), "must be >= 0, got %g", m.Decay)
+	v.check(m.Gamma0 > 0, f("smt.gamma0"), "must be > 0, got %g", m.Gamma0)
+	v.check(m.Gamma1 >= 0, f("smt.gamma1"), "must be >= 0, got %g", m.Gamma1)
+	v.check(m.Memory >= 0, f("smt.memory"), "must be >= 0 (0: never forget), got %g", m.Memory)
+	v.check(m.SolveEvery >= 1, f("smt.solve_every"), "must be >= 1, got %d", m.SolveEvery)
+	v.check(m.Drop >= 0 && (m.Drop+m.Dim <= k.Atoms || k.Atoms < 1), f("smt.drop"), "must be >= 0 with drop+dim <= kmeans.atoms, got %d", m.Drop)
+	v.check(m.PoolKernel >= 1, f("smt.pool_kernel"), "must be >= 1, got %d", m.PoolKernel)
+	v.check(m.PoolStride >= 1, f("smt.pool_stride"), "must be >= 1, got %d", m.PoolStride)
 }
 
 func validListen(s string) bool {

@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -10,15 +12,21 @@ import (
 
 	"github.com/smtd/smtd/config"
 	"github.com/smtd/smtd/online"
+	"github.com/smtd/smtd/sgd"
+	"github.com/smtd/smtd/spectral"
 )
 
-// imageModel is the image and video chain of smt-minimalistic (App. C, D):
-// TxT patches, mean removal, online whitening (λI+Σ)^(-1/2), L2
-// normalisation, and an online spherical k-means dictionary. The output
-// of an image is its pooled sparse code: the sum over its non-blank
-// patches of the patch codes (f_vq one-hot, or f_gq cosines), L2-normalised
-// — a K-dimensional bag of atoms. An image whose patches are all blank
-// gets the zero vector.
+// imageModel is the image and video chain of smt-minimalistic (App. C, D,
+// sections 2-3): TxT patches, mean removal, online whitening (λI+Σ)^(-1/2),
+// L2 normalisation, an online spherical k-means dictionary, and optionally
+// the sparse manifold transform of the codes.
+//
+// With SMT (smt.dim > 0) the output of an image is its pooled embedding:
+// β = Pα/‖Pα‖ per patch, average-pooled over the patch grid and normalised
+// per position (sgd.SMT.EmbedImagesVQ). Without it, the output is the
+// pooled sparse code: the sum over the image's non-blank patches of their
+// f_vq one-hot (or f_gq binary) codes, L2-normalised — a K-dimensional bag
+// of atoms; an image whose patches are all blank gets the zero vector.
 type imageModel struct {
 	patcher online.Patcher
 	white   *online.Whitener
@@ -27,12 +35,25 @@ type imageModel struct {
 	thresh  float64 // t of f_gq
 	minNorm float64
 
-	// Workspaces, reused between batches; never shared with clones.
+	// The SMT stage; smt is nil when it is off. stats is nil in snapshots
+	// (queries only embed).
+	smt        *sgd.SMT
+	stats      *sgd.Stats
+	pool       sgd.PoolSettings
+	solver     string
+	solveEvery int
+	drop       int
+	sinceSolve int         // closed solver: batches since the last solve
+	src        rand.Source // the pipeline's, for the Lanczos start vector
+
+	// Workspaces, reused between batches; never shared with snapshots.
 	x      mat.Dense // all patches of a batch, one per row
 	w      mat.Dense // whitened and normalised
 	blank  []bool
 	assign []int
 	codes  online.SparseCodes
+	emb    mat.Dense // image embeddings, one per row
+	p      mat.Dense // closed-form P
 }
 
 func newImageModel(p *config.Pipeline, src rand.Source) *imageModel {
@@ -45,6 +66,21 @@ func newImageModel(p *config.Pipeline, src rand.Source) *imageModel {
 		patcher: online.Patcher{Grid: g, Mean: mean, Context: p.Patches.Context},
 		white:   online.NewWhitener(g.Dim(), whitenSettings(p)),
 		km:      online.NewKMeans(kmeansSettings(p, g.Dim()), src),
+		src:     src,
+	}
+	if p.SMT.Dim > 0 {
+		blank, err := sgd.ParseBlankMode(p.SMT.Blank)
+		if err != nil {
+			panic(err) // validated by config
+		}
+		m.solver, m.drop = p.SMT.Solver, p.SMT.Drop
+		m.pool = sgd.PoolSettings{Kernel: p.SMT.PoolKernel, Stride: p.SMT.PoolStride}
+		m.stats = sgd.NewStats(sgd.StatsSettings{
+			K: p.KMeans.Atoms, Blank: blank, Range: p.SMT.Context, Memory: p.SMT.Memory,
+			MultiHot: p.KMeans.Code == config.CodeGQ,
+			VOnly:    p.SMT.Solver == config.SolverSGD, // the SGD step needs only V
+		})
+		m.smt = sgd.NewSMT(smtSettings(p, blank), src)
 	}
 	m.tune(p)
 	return m
@@ -61,13 +97,33 @@ func kmeansSettings(p *config.Pipeline, dim int) online.KMeansSettings {
 	}
 }
 
+func smtSettings(p *config.Pipeline, blank sgd.BlankMode) sgd.SMTSettings {
+	return sgd.SMTSettings{
+		K: p.KMeans.Atoms, Blank: blank, Dim: p.SMT.Dim, LearningRate: p.SMT.LearningRate,
+		Decay: p.SMT.Decay, Gamma0: p.SMT.Gamma0, Gamma1: p.SMT.Gamma1,
+	}
+}
+
+// tune applies the live fields; config validation guarantees they fit.
 func (m *imageModel) tune(p *config.Pipeline) {
 	m.code, m.thresh, m.minNorm = p.KMeans.Code, p.KMeans.Threshold, p.Patches.MinNorm
-	if err := m.white.SetSettings(whitenSettings(p)); err != nil {
-		panic(err) // validated by config
+	mustTune(m.white.SetSettings(whitenSettings(p)))
+	mustTune(m.km.SetSettings(kmeansSettings(p, m.patcher.Grid.Dim())))
+	if m.smt == nil {
+		return
 	}
-	if err := m.km.SetSettings(kmeansSettings(p, m.patcher.Grid.Dim())); err != nil {
-		panic(err)
+	m.solveEvery = p.SMT.SolveEvery
+	mustTune(m.smt.SetSettings(smtSettings(p, m.smt.Settings().Blank)))
+	if m.stats != nil {
+		st := m.stats.Settings()
+		st.Memory = p.SMT.Memory
+		mustTune(m.stats.SetSettings(st))
+	}
+}
+
+func mustTune(err error) {
+	if err != nil {
+		panic(err) // validated by config: a bug if it happens
 	}
 }
 
@@ -89,6 +145,7 @@ func (m *imageModel) prepare(batch []sample, observe bool) {
 	resize(&m.w, len(batch)*n, g.Dim())
 	m.white.Whiten(&m.w, &m.x)
 	m.blank = online.NormalizeRows(&m.w, m.minNorm, m.blank)
+	m.assign = slices.Grow(m.assign[:0], len(m.blank))[:len(m.blank)]
 }
 
 // resize makes a workspace r×c, keeping its memory when it is large enough
@@ -103,56 +160,106 @@ func resize(a *mat.Dense, r, c int) {
 	a.ReuseAs(r, c)
 }
 
-func (m *imageModel) learn(batch []sample) []output {
+func (m *imageModel) learn(batch []sample) ([]output, error) {
 	m.prepare(batch, true)
-	m.assign = slices.Grow(m.assign[:0], len(m.blank))[:len(m.blank)]
+	// The codes published are those the learning step assigned (with the
+	// atoms before its update): no assignment is computed twice.
 	if m.code == config.CodeVQ {
-		// The codes published are the assignments the learning step
-		// made (with the atoms before its update): no work twice.
 		m.km.LearnAssign(m.assign, nil, &m.w, m.blank)
-		return m.pooledVQ(batch)
+	} else {
+		m.km.Learn(&m.w, m.blank)
+		m.km.CodesGQ(&m.codes, &m.w, m.thresh)
 	}
-	m.km.Learn(&m.w, m.blank)
-	return m.pooledGQ(batch)
+	if m.smt == nil {
+		return m.pooledCodes(batch), nil
+	}
+	g, images := m.patcher.Grid, len(batch)
+	if m.code == config.CodeVQ {
+		m.stats.AddImagesVQ(m.assign, images, g)
+	} else {
+		m.stats.AddImagesGQ(&m.codes, images, g)
+	}
+	var err error
+	if m.solver == config.SolverSGD {
+		// The statistics include this batch before the step, as the
+		// step's V should (sgd.SMT.StepImagesVQ).
+		err = m.smt.StepImagesVQ(m.stats, m.assign, images, g)
+	} else if m.sinceSolve++; m.sinceSolve >= m.solveEvery {
+		err = m.solve()
+	}
+	return m.embedded(batch), err
+}
+
+// solve sets P to the closed-form solution of the statistics so far.
+func (m *imageModel) solve() error {
+	m.sinceSolve = 0
+	if m.p.IsEmpty() {
+		m.p.ReuseAs(m.smt.Settings().Dim, m.smt.Size())
+	}
+	if _, err := spectral.SolveSMT(&m.p, m.stats, spectral.Settings{Dim: m.smt.Settings().Dim, Drop: m.drop}, m.src); err != nil {
+		return fmt.Errorf("smtd: closed-form SMT: %w", err)
+	}
+	return m.smt.SetP(&m.p)
+}
+
+// flush re-solves a closed-form P before a checkpoint, so that the
+// checkpoint's P is the solution of the checkpoint's statistics.
+func (m *imageModel) flush() error {
+	if m.smt == nil || m.solver != config.SolverClosed || m.sinceSolve == 0 {
+		return nil
+	}
+	return m.solve()
 }
 
 func (m *imageModel) encode(batch []sample) []output {
 	m.prepare(batch, false)
 	if m.code == config.CodeVQ {
-		m.assign = slices.Grow(m.assign[:0], len(m.blank))[:len(m.blank)]
 		m.km.Assign(m.assign, nil, &m.w) // blank rows are zero: code −1
-		return m.pooledVQ(batch)
+	} else {
+		m.km.CodesGQ(&m.codes, &m.w, m.thresh) // blank rows: empty code
 	}
-	return m.pooledGQ(batch)
+	if m.smt == nil {
+		return m.pooledCodes(batch)
+	}
+	return m.embedded(batch)
 }
 
-// pooledVQ sums the one-hot codes m.assign of each image's patches.
-func (m *imageModel) pooledVQ(batch []sample) []output {
-	n := m.patcher.Grid.Len()
-	k := m.km.Settings().K
+// embedded returns the pooled SMT embedding of each image of the batch.
+func (m *imageModel) embedded(batch []sample) []output {
+	g := m.patcher.Grid
+	m.emb.Reset()
+	if m.code == config.CodeVQ {
+		m.smt.EmbedImagesVQ(&m.emb, m.assign, len(batch), g, m.pool)
+	} else {
+		m.smt.EmbedImagesGQ(&m.emb, &m.codes, len(batch), g, m.pool)
+	}
 	out := make([]output, len(batch))
 	for i, s := range batch {
-		v := make([]float32, k)
-		for _, a := range m.assign[i*n : (i+1)*n] {
-			if a >= 0 {
-				v[a]++
-			}
+		row := m.emb.RawRowView(i)
+		v := make([]float32, len(row))
+		for j, x := range row {
+			v[j] = float32(x)
 		}
-		normalize32(v)
 		out[i] = output{vector: v, source: s}
 	}
 	return out
 }
 
-// pooledGQ sums the f_gq codes (cosines >= t) of each image's patches.
-func (m *imageModel) pooledGQ(batch []sample) []output {
+// pooledCodes sums the codes of each image's patches (m.assign for f_vq,
+// m.codes for f_gq) and normalises the sum.
+func (m *imageModel) pooledCodes(batch []sample) []output {
 	n := m.patcher.Grid.Len()
 	k := m.km.Settings().K
-	m.km.CodesGQ(&m.codes, &m.w, m.thresh) // blank rows are zero: empty code
 	out := make([]output, len(batch))
 	for i, s := range batch {
 		v := make([]float32, k)
 		for r := i * n; r < (i+1)*n; r++ {
+			if m.code == config.CodeVQ {
+				if a := m.assign[r]; a >= 0 {
+					v[a]++
+				}
+				continue
+			}
 			atoms, _ := m.codes.Row(r)
 			for _, a := range atoms {
 				v[a]++
@@ -178,17 +285,34 @@ func normalize32(v []float32) {
 	}
 }
 
-func (m *imageModel) clone() model {
-	return &imageModel{
+// snapshot copies what encoding needs: not the SMT statistics, which can
+// be large (packed K×K) and which queries never use.
+func (m *imageModel) snapshot() model {
+	s := &imageModel{
 		patcher: online.Patcher{Grid: m.patcher.Grid, Mean: m.patcher.Mean, Context: m.patcher.Context},
 		white:   m.white.Clone(),
 		km:      m.km.Clone(),
 		code:    m.code, thresh: m.thresh, minNorm: m.minNorm,
+		pool: m.pool, solver: m.solver, solveEvery: m.solveEvery, drop: m.drop,
+	}
+	if m.smt != nil {
+		s.smt = m.smt.Clone()
+	}
+	return s
+}
+
+// rollback returns the parameters to those of a snapshot taken before a
+// step that diverged; the statistics, sums of finite counts, are kept.
+func (m *imageModel) rollback(to model) {
+	s := to.(*imageModel)
+	m.white, m.km = s.white.Clone(), s.km.Clone()
+	if s.smt != nil {
+		m.smt = s.smt.Clone()
 	}
 }
 
 func (m *imageModel) finite() bool {
-	return finiteMatrix(m.km.Atoms()) && finiteMatrix(m.white.Operator())
+	return finiteMatrix(m.km.Atoms()) && finiteMatrix(m.white.Operator()) && (m.smt == nil || m.smt.Finite())
 }
 
 func finiteMatrix(a mat.Matrix) bool {
@@ -203,41 +327,76 @@ func finiteMatrix(a mat.Matrix) bool {
 	return true
 }
 
-func (m *imageModel) sections() ([]Section, error) {
-	w, err := m.white.MarshalBinary()
-	if err != nil {
-		return nil, err
+// part is one serialisable stage of a model, stored as a checkpoint
+// section of its name.
+type part struct {
+	name  string
+	state interface {
+		MarshalBinary() ([]byte, error)
+		UnmarshalBinary([]byte) error
 	}
-	k, err := m.km.MarshalBinary()
-	if err != nil {
-		return nil, err
-	}
-	return []Section{{Name: "whitener", Data: w}, {Name: "kmeans", Data: k}}, nil
 }
 
+// parts lists the stages of an image model in checkpoint order.
+func imageParts(w *online.Whitener, km *online.KMeans, stats *sgd.Stats, smt *sgd.SMT) []part {
+	ps := []part{{"whitener", w}, {"kmeans", km}}
+	if smt != nil {
+		ps = append(ps, part{"smt-stats", stats}, part{"smt", smt})
+	}
+	return ps
+}
+
+func (m *imageModel) sections() ([]Section, error) {
+	var secs []Section
+	for _, p := range imageParts(m.white, m.km, m.stats, m.smt) {
+		b, err := p.state.MarshalBinary()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", p.name, err)
+		}
+		secs = append(secs, Section{Name: p.name, Data: b})
+	}
+	if m.smt != nil {
+		secs = append(secs, Section{Name: "smt-solver", Data: binary.AppendUvarint(nil, uint64(m.sinceSolve))})
+	}
+	return secs, nil
+}
+
+// restore reads every stage into fresh ones and swaps them in only when
+// all have been read.
 func (m *imageModel) restore(secs []Section) error {
-	wb, err := findSection(secs, "whitener")
-	if err != nil {
-		return err
-	}
-	kb, err := findSection(secs, "kmeans")
-	if err != nil {
-		return err
-	}
 	w, km := m.white.Clone(), m.km.Clone()
-	if err := w.UnmarshalBinary(wb); err != nil {
-		return fmt.Errorf("whitener: %w", err)
+	var stats *sgd.Stats
+	var smt *sgd.SMT
+	if m.smt != nil {
+		stats, smt = sgd.NewStats(m.stats.Settings()), sgd.NewSMT(m.smt.Settings(), m.src)
 	}
-	if err := km.UnmarshalBinary(kb); err != nil {
-		return fmt.Errorf("k-means: %w", err)
+	for _, p := range imageParts(w, km, stats, smt) {
+		b, err := findSection(secs, p.name)
+		if err != nil {
+			return err
+		}
+		if err := p.state.UnmarshalBinary(b); err != nil {
+			return fmt.Errorf("%s: %w", p.name, err)
+		}
 	}
-	m.white, m.km = w, km
+	var since uint64
+	if m.smt != nil {
+		b, err := findSection(secs, "smt-solver")
+		if err != nil {
+			return err
+		}
+		var n int
+		if since, n = binary.Uvarint(b); n <= 0 {
+			return errors.New("smt-solver: bad encoding")
+		}
+	}
+	m.white, m.km, m.stats, m.smt, m.sinceSolve = w, km, stats, smt, int(since)
 	return nil
 }
 
 func (m *imageModel) describe() map[string]any {
 	g := m.patcher.Grid
-	return map[string]any{
+	d := map[string]any{
 		"image":               fmt.Sprintf("%dx%dx%d", g.Height, g.Width, g.Channels),
 		"patch":               fmt.Sprintf("%dx%d stride %d, %d per image, dim %d", g.Size, g.Size, g.Stride, g.Len(), g.Dim()),
 		"mean_removal":        m.patcher.Mean.String(),
@@ -250,4 +409,13 @@ func (m *imageModel) describe() map[string]any {
 		"kmeans_patches":      m.km.Samples(),
 		"code":                m.code,
 	}
+	if m.smt != nil {
+		d["smt_dim"] = m.smt.Settings().Dim
+		d["smt_solver"] = m.solver
+		d["smt_steps"] = m.smt.Steps()
+		d["output_dim"] = m.pool.Len(g, m.smt.Settings().Dim)
+	} else {
+		d["output_dim"] = m.km.Settings().K
+	}
+	return d
 }

@@ -17,10 +17,18 @@ type model interface {
 	// learn updates the model with one minibatch of valid samples and
 	// returns the output of each sample as the learning step coded it (so
 	// that no work is done twice). Its randomness comes only from the
-	// source the model was built with.
-	learn(batch []sample) []output
-	// clone returns a deep copy that shares nothing mutable.
-	clone() model
+	// source the model was built with. An error reports a stage that
+	// could not learn from this batch (and was left as it was); the
+	// outputs are still valid.
+	learn(batch []sample) ([]output, error)
+	// flush brings derived state up to date before a checkpoint.
+	flush() error
+	// snapshot returns an immutable deep copy of what encode and describe
+	// need, sharing nothing mutable with the model.
+	snapshot() model
+	// rollback returns the parameters to those of a snapshot, after a
+	// learning step that diverged.
+	rollback(to model)
 	// finite reports whether every parameter is finite; false means the
 	// learner diverged.
 	finite() bool
@@ -82,7 +90,7 @@ func (m *textModel) encode(batch []sample) []output {
 	return out
 }
 
-func (m *textModel) learn(batch []sample) []output {
+func (m *textModel) learn(batch []sample) ([]output, error) {
 	out := make([]output, len(batch))
 	for i, s := range batch {
 		v := make([]float32, len(s.tokens))
@@ -91,10 +99,12 @@ func (m *textModel) learn(batch []sample) []output {
 		}
 		out[i] = output{vector: v, tokens: s.tokens, source: s}
 	}
-	return out
+	return out, nil
 }
 
-func (m *textModel) clone() model            { return &textModel{vocab: m.vocab.Clone()} }
+func (m *textModel) flush() error            { return nil }
+func (m *textModel) snapshot() model         { return &textModel{vocab: m.vocab.Clone()} }
+func (m *textModel) rollback(to model)       { m.vocab = to.(*textModel).vocab.Clone() }
 func (m *textModel) finite() bool            { return true }
 func (m *textModel) tune(p *config.Pipeline) {}
 

@@ -78,10 +78,9 @@ type pipeline struct {
 	samples int64
 	lastSeq uint64
 
-	sinceCkpt     int64
-	lastCkptTime  time.Time
-	lastCkptSeq   uint64
-	lastGoodModel model
+	sinceCkpt    int64
+	lastCkptTime time.Time
+	lastCkptSeq  uint64
 
 	snap     atomic.Pointer[snapshot]
 	stats    counters
@@ -158,10 +157,10 @@ func shapeChanges(a, b *config.Pipeline) []string {
 	return out
 }
 
-// publishSnapshot makes the current model the one queries see.
+// publishSnapshot makes the current model the one queries see. The
+// snapshot is also the last good state a diverged model rolls back to.
 func (pl *pipeline) publishSnapshot() {
-	pl.lastGoodModel = pl.model.clone()
-	pl.snap.Store(&snapshot{model: pl.model.clone(), version: pl.version, cfg: pl.cfg})
+	pl.snap.Store(&snapshot{model: pl.model.snapshot(), version: pl.version, cfg: pl.cfg})
 }
 
 // run is the pipeline's owner goroutine: it cuts batches, learns, publishes
@@ -247,8 +246,14 @@ func (pl *pipeline) process(msgs []inMsg) {
 		batch = append(batch, s)
 	}
 	if len(batch) > 0 {
-		outs := pl.model.learn(batch)
+		outs, err := pl.model.learn(batch)
 		pl.version++
+		if err != nil {
+			pl.log.Warn().Err(err).Uint64("version", pl.version).Msg("a learning stage skipped this batch")
+			pl.d.publishEvent("events.errors", errorEvent{
+				Pipeline: pl.cfg.Name, Subject: pl.cfg.Input.Subject, Seq: msgs[len(msgs)-1].seq, Reason: "learner", Error: err.Error(),
+			})
+		}
 		if !pl.model.finite() {
 			pl.rollback()
 		} else {
@@ -275,7 +280,7 @@ func (pl *pipeline) process(msgs []inMsg) {
 // the batch's outputs are not published.
 func (pl *pipeline) rollback() {
 	pl.version--
-	pl.model = pl.lastGoodModel.clone()
+	pl.model.rollback(pl.snap.Load().model)
 	pl.stats.rollbacks.Add(1)
 	pl.log.Error().Uint64("version", pl.version).Msg("model diverged (non-finite parameters); rolled back to the last good state")
 	pl.d.publishEvent("events.errors", errorEvent{
@@ -324,6 +329,9 @@ type checkpointInfo struct {
 // checkpoint writes the pipeline's state to disk and, if configured, to the
 // object store, and announces it.
 func (pl *pipeline) checkpoint(ctx context.Context) (*checkpointInfo, error) {
+	if err := pl.model.flush(); err != nil {
+		pl.log.Warn().Err(err).Msg("bringing the model up to date before a checkpoint")
+	}
 	secs, err := pl.model.sections()
 	if err != nil {
 		return nil, err

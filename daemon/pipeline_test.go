@@ -26,6 +26,7 @@ func digitsPipeline(name, subject string, atoms int) config.Pipeline {
 	p.Output.Subject = subject + ".codes"
 	p.KMeans.Atoms = atoms
 	p.Whiten.FreezeAfter = 50000
+	p.SMT.Dim = 8
 	return p
 }
 
@@ -116,7 +117,8 @@ func TestBadInputIsRejectedAndReported(t *testing.T) {
 		if err != nil {
 			t.Fatalf("outputs: %v", err)
 		}
-		if m.Header.Get(HeaderShape) != "16" || len(m.Data) != 4*16 {
+		// SMT embeddings of dimension 8, pooled to 10x10 positions.
+		if m.Header.Get(HeaderShape) != "800" || len(m.Data) != 4*800 {
 			t.Fatalf("output shape %q, %d bytes", m.Header.Get(HeaderShape), len(m.Data))
 		}
 	}
