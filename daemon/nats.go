@@ -64,7 +64,9 @@ func (d *Daemon) connect() (*nats.Conn, error) {
 		nats.ReconnectWait(time.Second),
 		nats.ReconnectBufSize(64 << 20),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			log.Warn().Err(err).Msg("disconnected from NATS; reconnecting")
+			if err != nil { // nil: our own Close, at shutdown
+				log.Warn().Err(err).Msg("disconnected from NATS; reconnecting")
+			}
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			log.Info().Str("url", nc.ConnectedUrlRedacted()).Msg("reconnected to NATS")

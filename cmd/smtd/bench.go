@@ -17,6 +17,7 @@ var benchmarks = map[string]struct {
 	help string
 }{
 	"kmeans": {bench.KMeans, "online spherical k-means: learning and assignment patches/s on whitened 6x6 MNIST patches, next to gonum dgemm GFLOP/s"},
+	"mnist":  {bench.MNIST, "SMT on MNIST streamed through the daemon: soft-KNN top-1 of its embeddings, time and throughput per stage"},
 	"memory": {bench.Memory, "resident memory at 10% and 100% of a long MNIST replay through the daemon (default one million patches)"},
 }
 

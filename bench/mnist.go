@@ -1,0 +1,260 @@
+package bench
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"runtime/pprof"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/smtd/smtd/config"
+	"github.com/smtd/smtd/daemon"
+	"github.com/smtd/smtd/dataset"
+	"github.com/smtd/smtd/online"
+)
+
+// MNIST streams the MNIST training set through NATS into a daemon running
+// in this process (embedded server), at most two passes, in order: the
+// learner never gets random access to the data. It then asks the daemon's
+// embed endpoint (which never trains) for the embeddings of the training
+// and test images, and reports the soft-KNN top-1 accuracy of
+// smt-minimalistic App. J (K = 30, T = 0.03, cosine) with wall time and
+// throughput per stage.
+func MNIST(ctx context.Context, w io.Writer, args []string) error {
+	fs := flag.NewFlagSet("bench mnist", flag.ContinueOnError)
+	dir := fs.String("mnist", "../shared/data/mnist", "`directory` with the MNIST IDX files (gzip'd or not)")
+	nTrain := fs.Int("train", 60000, "training images streamed (the first N)")
+	nTest := fs.Int("test", 10000, "test images embedded (the first M)")
+	atoms := fs.Int("k", 4096, "dictionary size K")
+	dim := fs.Int("dim", 32, "SMT embedding dimension")
+	ctxRange := fs.Int("context", 3, "SMT context range in patch positions (0: whole image)")
+	solver := fs.String("solver", config.SolverSGD, "SMT solver: sgd or closed")
+	blank := fs.String("blank", "atom", "blank patches: atom or skip")
+	drop := fs.Int("drop", 0, "closed solver: smallest eigenvectors left out")
+	passes := fs.Int("passes", 2, "passes over the training stream (1 or 2)")
+	batch := fs.Int("batch", 32, "images per minibatch")
+	mean := fs.Int("mean-context", 3, "range d of the contextual mean")
+	lambda := fs.Float64("lambda", 0.1, "whitening λ")
+	raw := fs.Bool("raw", false, "also report soft-KNN on raw pixels")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to `file`")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *passes < 1 || *passes > 2 {
+		return errors.New("bench mnist: -passes must be 1 or 2")
+	}
+	train, err := dataset.ReadMNIST(*dir, "train")
+	if err != nil {
+		return err
+	}
+	test, err := dataset.ReadMNIST(*dir, "t10k")
+	if err != nil {
+		return err
+	}
+	*nTrain, *nTest = min(*nTrain, train.N), min(*nTest, test.N)
+
+	p := config.DefaultPipeline(config.Image, "mnist")
+	p.Input.Subject = "bench.mnist"
+	p.Output.Subject = "bench.mnist.embeddings"
+	p.Batch.Size = *batch
+	p.Patches.Context = *mean
+	p.Whiten.Lambda = *lambda
+	p.KMeans.Atoms = *atoms
+	p.SMT.Dim, p.SMT.Context, p.SMT.Solver, p.SMT.Blank, p.SMT.Drop = *dim, *ctxRange, *solver, *blank, *drop
+	p.SMT.SolveEvery = 1 << 30 // solved once, before the checkpoint below
+	cfg := config.Default()
+	if cfg.DataDir, err = os.MkdirTemp("", "smtd-bench-mnist-"); err != nil {
+		return err
+	}
+	defer os.RemoveAll(cfg.DataDir)
+	cfg.NATS.Listen = "127.0.0.1:-1"
+	cfg.Log.Level = "warn"
+	cfg.Checkpoint.EverySamples = 1 << 40
+	cfg.Checkpoint.Every = 24 * time.Hour
+	cfg.Checkpoint.ObjectStore = false
+	cfg.Pipelines = []config.Pipeline{p}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	start := time.Now()
+	d, err := daemon.New(cfg, daemon.Options{Logger: daemon.NewLogger(os.Stderr, "console")})
+	if err != nil {
+		return err
+	}
+	if err := d.Start(ctx); err != nil {
+		return err
+	}
+	defer d.Shutdown(context.Background())
+	nc, err := nats.Connect(d.ClientURL())
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+
+	learned := func() int64 { return d.Status().Pipelines[0].Learned }
+	t0 := time.Now()
+	for pass := range *passes {
+		for i := range *nTrain {
+			if _, err := js.PublishMsgAsync(imageMsg(p.Input.Subject, train, i)); err != nil {
+				return err
+			}
+			// Publish a little ahead of the daemon, not the whole set.
+			for int64(pass**nTrain+i)-learned() > 2048 {
+				if err := wait(ctx, 2*time.Millisecond); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	for learned() < int64(*passes**nTrain) {
+		if err := wait(ctx, 2*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	learnTime := time.Since(t0)
+
+	// A checkpoint brings a closed-form P up to date (one solve).
+	t0 = time.Now()
+	if _, err := nc.Request(cfg.Subject("control.checkpoint"), nil, 10*time.Minute); err != nil {
+		return fmt.Errorf("bench mnist: checkpoint: %w", err)
+	}
+	solveTime := time.Since(t0)
+
+	t0 = time.Now()
+	trainX, err := embedAll(nc, cfg.EmbedSubject(p.Name), train, *nTrain)
+	if err != nil {
+		return err
+	}
+	testX, err := embedAll(nc, cfg.EmbedSubject(p.Name), test, *nTest)
+	if err != nil {
+		return err
+	}
+	embedTime := time.Since(t0)
+
+	t0 = time.Now()
+	top1, err := knnTop1(trainX, train, testX, test)
+	if err != nil {
+		return err
+	}
+	knnTime := time.Since(t0)
+	wall := time.Since(start)
+
+	patches := p.PatchesPerImage()
+	seen := float64(*passes * *nTrain)
+	line := func(name string, v any) { fmt.Fprintf(w, "%s: %v\n", name, v) }
+	line("train_images", *nTrain)
+	line("test_images", *nTest)
+	line("passes", *passes)
+	line("k", *atoms)
+	line("dim", *dim)
+	line("context", *ctxRange)
+	line("solver", *solver)
+	line("blank", *blank)
+	line("embedding_size", trainX.RawMatrix().Cols)
+	line("learn_seconds", fmt.Sprintf("%.1f", learnTime.Seconds()))
+	line("learn_images_per_s", fmt.Sprintf("%.0f", seen/learnTime.Seconds()))
+	line("learn_patches_per_s", fmt.Sprintf("%.0f", seen*float64(patches)/learnTime.Seconds()))
+	line("solve_seconds", fmt.Sprintf("%.1f", solveTime.Seconds()))
+	line("embed_seconds", fmt.Sprintf("%.1f", embedTime.Seconds()))
+	line("embed_images_per_s", fmt.Sprintf("%.0f", float64(*nTrain+*nTest)/embedTime.Seconds()))
+	line("knn_seconds", fmt.Sprintf("%.1f", knnTime.Seconds()))
+	line("wall_seconds", fmt.Sprintf("%.1f", wall.Seconds()))
+	line("top1", fmt.Sprintf("%.2f", 100*top1))
+	if *raw {
+		top1, err := knnTop1(pixelMatrix(train, *nTrain), train, pixelMatrix(test, *nTest), test)
+		if err != nil {
+			return err
+		}
+		line("raw_pixels_top1", fmt.Sprintf("%.2f", 100*top1))
+	}
+	return nil
+}
+
+// imageMsg is image i as a raw uint8 message with its label.
+func imageMsg(subject string, im *dataset.Images, i int) *nats.Msg {
+	m := nats.NewMsg(subject)
+	m.Header.Set(daemon.HeaderShape, fmt.Sprintf("%d,%d", im.Rows, im.Cols))
+	m.Header.Set(daemon.HeaderDtype, "uint8")
+	m.Header.Set(daemon.HeaderLabel, strconv.Itoa(int(im.Labels[i])))
+	m.Data = im.Image(i)
+	return m
+}
+
+// embedAll asks the embed endpoint for the first n images' embeddings.
+func embedAll(nc *nats.Conn, subject string, im *dataset.Images, n int) (*mat.Dense, error) {
+	var x *mat.Dense
+	for i := range n {
+		rep, err := nc.RequestMsg(imageMsg(subject, im, i), time.Minute)
+		if err != nil {
+			return nil, fmt.Errorf("bench mnist: embedding image %d: %w", i, err)
+		}
+		if e := rep.Header.Get("Nats-Service-Error"); e != "" {
+			return nil, fmt.Errorf("bench mnist: embedding image %d: %s", i, e)
+		}
+		dim := len(rep.Data) / 4
+		if x == nil {
+			x = mat.NewDense(n, dim, nil)
+		}
+		row := x.RawRowView(i)
+		for j := range row {
+			row[j] = float64(math.Float32frombits(binary.LittleEndian.Uint32(rep.Data[4*j:])))
+		}
+	}
+	return x, nil
+}
+
+func pixelMatrix(im *dataset.Images, n int) *mat.Dense {
+	x := mat.NewDense(n, im.Rows*im.Cols, nil)
+	for i := range n {
+		row := x.RawRowView(i)
+		for j, v := range im.Image(i) {
+			row[j] = float64(v) / 255
+		}
+	}
+	return x
+}
+
+// knnTop1 is the soft-KNN top-1 accuracy of the test rows given the
+// labelled training rows.
+func knnTop1(trainX *mat.Dense, train *dataset.Images, testX *mat.Dense, test *dataset.Images) (float64, error) {
+	n, _ := trainX.Dims()
+	m, _ := testX.Dims()
+	trainY, testY := make([]int, n), make([]int, m)
+	for i := range trainY {
+		trainY[i] = int(train.Labels[i])
+	}
+	for i := range testY {
+		testY[i] = int(test.Labels[i])
+	}
+	pred := make([]int, m)
+	if err := online.SoftKNN(pred, trainX, trainY, testX, online.KNNSettings{}); err != nil {
+		return 0, err
+	}
+	return online.Top1(pred, testY), nil
+}
