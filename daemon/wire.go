@@ -298,3 +298,29 @@ func encodeOutput(p *config.Pipeline, subject string, o *output) *nats.Msg {
 	}
 	return m
 }
+
+// DecodeOutput reads an output message of either encoding (or an embed
+// reply): its vector and its Smtd-Label. It is the inverse of what the
+// daemon publishes, for clients and evaluation tools.
+func DecodeOutput(h nats.Header, data []byte) (vector []float32, label string, err error) {
+	label = header(h, HeaderLabel)
+	if header(h, "Content-Type") == "application/json" {
+		var j outputJSON
+		if err := json.Unmarshal(data, &j); err != nil {
+			return nil, "", fmt.Errorf("smtd: JSON output: %w", err)
+		}
+		return j.Vector, j.Label, nil
+	}
+	if dt := header(h, HeaderDtype); dt != "float32" {
+		return nil, "", fmt.Errorf("smtd: output dtype %q, want float32", dt)
+	}
+	n, err := strconv.Atoi(header(h, HeaderShape))
+	if err != nil || n < 0 || len(data) != 4*n {
+		return nil, "", fmt.Errorf("smtd: output of %d bytes does not have shape %q", len(data), header(h, HeaderShape))
+	}
+	vector = make([]float32, n)
+	for i := range vector {
+		vector[i] = math.Float32frombits(binary.LittleEndian.Uint32(data[4*i:]))
+	}
+	return vector, label, nil
+}

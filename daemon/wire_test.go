@@ -128,10 +128,19 @@ func TestEncodeOutput(t *testing.T) {
 	if !bytes.Equal(m.Data, float32Bytes(1, -2.5)) {
 		t.Errorf("data %v", m.Data)
 	}
+	if v, label, err := DecodeOutput(m.Header, m.Data); err != nil || label != "3" || len(v) != 2 || v[1] != -2.5 {
+		t.Errorf("DecodeOutput = %v, %q, %v", v, label, err)
+	}
 	p.Output.Encoding = config.JSON
 	m = encodeOutput(&p, "out", o)
 	if want := `"vector":[1,-2.5]`; !strings.Contains(string(m.Data), want) {
 		t.Errorf("JSON %s does not contain %s", m.Data, want)
+	}
+	if v, label, err := DecodeOutput(m.Header, m.Data); err != nil || label != "3" || len(v) != 2 || v[1] != -2.5 {
+		t.Errorf("DecodeOutput of JSON = %v, %q, %v", v, label, err)
+	}
+	if _, _, err := DecodeOutput(nats.Header{HeaderDtype: {"float32"}, HeaderShape: {"3"}}, []byte{1, 2}); err == nil {
+		t.Error("DecodeOutput accepted a payload shorter than its shape")
 	}
 }
 

@@ -8,6 +8,7 @@
 //	smtd inspect CHECKPOINT             print what a checkpoint holds
 //	smtd record --out FILE SUBJECT...   record messages to a file
 //	smtd replay FILE                    publish a recorded file
+//	smtd knn --train F --test F         soft-KNN accuracy of recorded outputs
 //	smtd bench NAME [flags]             run a measurement (see smtd bench --help)
 //
 // Each command's --help lists its flags.
@@ -34,6 +35,8 @@ Usage:
         Record the messages of subjects (headers included) to a file.
   smtd replay [--server URL] [--rate] [--speed X] [--subject S] [--jetstream] FILE
         Publish a recorded file.
+  smtd knn --train FILE --test FILE [--k 30] [--t 0.03]
+        Soft-KNN top-1 of recorded, labelled outputs (smt-minimalistic App. J).
   smtd bench NAME [flags]
         Run a measurement; prints one "name: value" line per figure.
   smtd version
@@ -66,6 +69,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = recordCmd(rest, stdout, stderr)
 	case "replay":
 		err = replayCmd(rest, stdout, stderr)
+	case "knn":
+		err = knnCmd(rest, stdout, stderr)
 	case "bench":
 		err = benchCmd(rest, stdout, stderr)
 	case "version":

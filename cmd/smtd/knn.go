@@ -1,0 +1,80 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/smtd/smtd/daemon"
+	"github.com/smtd/smtd/online"
+	"github.com/smtd/smtd/record"
+)
+
+// knnCmd scores embeddings: recordings of output messages (smtd record on
+// an output subject) whose Smtd-Label headers carry the classes.
+func knnCmd(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("knn", "smtd knn [flags] --train FILE --test FILE", stderr)
+	trainPath := fs.String("train", "", "recording of labelled outputs to classify with (required)")
+	testPath := fs.String("test", "", "recording of labelled outputs to classify (required)")
+	k := fs.Int("k", 30, "neighbours")
+	temp := fs.Float64("t", 0.03, "temperature T")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *trainPath == "" || *testPath == "" || fs.NArg() > 0 {
+		fs.Usage()
+		return errUsage
+	}
+	trainX, trainY, err := readLabelled(*trainPath)
+	if err != nil {
+		return err
+	}
+	testX, testY, err := readLabelled(*testPath)
+	if err != nil {
+		return err
+	}
+	if _, c := testX.Dims(); c != trainX.RawMatrix().Cols {
+		return fmt.Errorf("smtd knn: train vectors have %d values, test vectors %d", trainX.RawMatrix().Cols, c)
+	}
+	pred := make([]int, len(testY))
+	if err := online.SoftKNN(pred, trainX, trainY, testX, online.KNNSettings{K: *k, Temperature: *temp}); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "train: %d\ntest: %d\ntop1: %.2f\n", len(trainY), len(testY), 100*online.Top1(pred, testY))
+	return nil
+}
+
+// readLabelled reads the vectors and integer labels of a recording of
+// output messages.
+func readLabelled(path string) (*mat.Dense, []int, error) {
+	msgs, err := record.ReadFile(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(msgs) == 0 {
+		return nil, nil, fmt.Errorf("%s: no messages", path)
+	}
+	var x *mat.Dense
+	y := make([]int, len(msgs))
+	for i, m := range msgs {
+		v, label, err := daemon.DecodeOutput(m.Header, m.Data)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: message %d: %w", path, i, err)
+		}
+		if y[i], err = strconv.Atoi(label); err != nil {
+			return nil, nil, fmt.Errorf("%s: message %d: label %q is not an integer class", path, i, label)
+		}
+		if x == nil {
+			x = mat.NewDense(len(msgs), len(v), nil)
+		}
+		if len(v) != x.RawMatrix().Cols {
+			return nil, nil, fmt.Errorf("%s: message %d has %d values, the first had %d", path, i, len(v), x.RawMatrix().Cols)
+		}
+		for j, f := range v {
+			x.Set(i, j, float64(f))
+		}
+	}
+	return x, y, nil
+}
