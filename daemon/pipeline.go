@@ -154,6 +154,13 @@ func shapeChanges(a, b *config.Pipeline) []string {
 	add("patches.size", a.Patches.Size, b.Patches.Size)
 	add("patches.stride", a.Patches.Stride, b.Patches.Stride)
 	add("kmeans.atoms", a.KMeans.Atoms, b.KMeans.Atoms)
+	add("smt.dim", a.SMT.Dim, b.SMT.Dim)
+	if b.SMT.Dim > 0 {
+		// The statistics' layout depends on these.
+		add("smt.blank", a.SMT.Blank, b.SMT.Blank)
+		add("smt.solver", a.SMT.Solver, b.SMT.Solver)
+		add("kmeans.code", a.KMeans.Code, b.KMeans.Code)
+	}
 	return out
 }
 
