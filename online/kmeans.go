@@ -11,6 +11,8 @@ import (
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/blas64"
 	"gonum.org/v1/gonum/mat"
+
+	"github.com/smtd/smtd/internal/state"
 )
 
 // KMeansSettings configures a KMeans dictionary. K and Dim are its shape
@@ -593,52 +595,52 @@ func (k *KMeans) Clone() *KMeans {
 // bit-exact. The rand.Source is not included: its owner saves it.
 func (k *KMeans) MarshalBinary() ([]byte, error) {
 	K, dim := k.s.K, k.s.Dim
-	e := encoder{b: make([]byte, 0, 96+8*(K*dim+2*K))}
-	e.u8(stateVersion)
-	e.u8(kindKMeans)
-	e.u64(uint64(K))
-	e.u64(uint64(dim))
-	e.f64(k.s.LearningRate)
-	e.f64(k.s.Decay)
-	e.f64(k.s.Memory)
-	e.i64(int64(k.s.ReseedAfter))
-	e.i64(int64(k.seeded))
-	e.i64(k.batches)
-	e.i64(k.samples)
-	e.i64(k.reseeds)
-	e.dense(k.atoms)
-	e.f64s(k.counts)
-	e.i64s(k.last)
-	return e.b, nil
+	e := state.NewEncoder(make([]byte, 0, 96+8*(K*dim+2*K)))
+	e.U8(stateVersion)
+	e.U8(kindKMeans)
+	e.U64(uint64(K))
+	e.U64(uint64(dim))
+	e.F64(k.s.LearningRate)
+	e.F64(k.s.Decay)
+	e.F64(k.s.Memory)
+	e.I64(int64(k.s.ReseedAfter))
+	e.I64(int64(k.seeded))
+	e.I64(k.batches)
+	e.I64(k.samples)
+	e.I64(k.reseeds)
+	e.Dense(k.atoms)
+	e.F64s(k.counts)
+	e.I64s(k.last)
+	return e.Bytes(), nil
 }
 
 // UnmarshalBinary restores a state written by MarshalBinary, settings
 // included, into k, which must have the same K and Dim. On error k is
 // unchanged.
 func (k *KMeans) UnmarshalBinary(data []byte) error {
-	d := decoder{b: data}
-	if v := d.u8(); v != stateVersion {
+	d := state.NewDecoder(data)
+	if v := d.U8(); v != stateVersion {
 		return fmt.Errorf("%w: k-means state version %d, want %d", ErrVersion, v, stateVersion)
 	}
-	if kind := d.u8(); kind != kindKMeans {
+	if kind := d.U8(); kind != kindKMeans {
 		return fmt.Errorf("%w: not a k-means state", ErrFormat)
 	}
-	K, dim := d.u64(), d.u64()
-	if d.bad || K != uint64(k.s.K) || dim != uint64(k.s.Dim) {
+	K, dim := d.U64(), d.U64()
+	if d.Bad() || K != uint64(k.s.K) || dim != uint64(k.s.Dim) {
 		return fmt.Errorf("%w: k-means state of shape %dx%d, receiver is %dx%d", ErrFormat, K, dim, k.s.K, k.s.Dim)
 	}
 	s := KMeansSettings{K: k.s.K, Dim: k.s.Dim}
-	s.LearningRate, s.Decay, s.Memory = d.f64(), d.f64(), d.f64()
-	s.ReseedAfter = int(d.i64())
-	seeded := d.i64()
-	batches, samples, reseeds := d.i64(), d.i64(), d.i64()
+	s.LearningRate, s.Decay, s.Memory = d.F64(), d.F64(), d.F64()
+	s.ReseedAfter = int(d.I64())
+	seeded := d.I64()
+	batches, samples, reseeds := d.I64(), d.I64(), d.I64()
 	atoms := make([]float64, k.s.K*k.s.Dim)
 	counts := make([]float64, k.s.K)
 	last := make([]int64, k.s.K)
-	d.f64s(atoms)
-	d.f64s(counts)
-	d.i64s(last)
-	if !d.done() {
+	d.F64s(atoms)
+	d.F64s(counts)
+	d.I64s(last)
+	if !d.Done() {
 		return fmt.Errorf("%w: k-means state of %d bytes is truncated or too long", ErrFormat, len(data))
 	}
 	if err := s.Validate(); err != nil {

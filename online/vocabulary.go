@@ -1,10 +1,10 @@
 package online
 
 import (
-	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
+
+	"github.com/smtd/smtd/internal/state"
 )
 
 // Vocabulary maps the words of a token stream to ids 0..Size-1, growing
@@ -149,76 +149,60 @@ var ErrVocabularyFormat = errors.New("online: bad vocabulary encoding")
 // MarshalBinary encodes the vocabulary exactly, heap order included, so
 // that a restored vocabulary evicts the same words as the original.
 func (v *Vocabulary) MarshalBinary() ([]byte, error) {
-	var b bytes.Buffer
-	b.WriteByte(vocabularyFormat)
-	b.Write(binary.AppendUvarint(nil, uint64(v.size)))
-	b.Write(binary.AppendUvarint(nil, uint64(len(v.words))))
+	e := state.NewEncoder(nil)
+	e.U8(vocabularyFormat)
+	e.Uvarint(uint64(v.size))
+	e.Uvarint(uint64(len(v.words)))
 	for id, w := range v.words {
-		b.Write(binary.AppendUvarint(nil, uint64(len(w))))
-		b.WriteString(w)
-		b.Write(binary.AppendUvarint(nil, v.count[id]))
+		e.Uvarint(uint64(len(w)))
+		for i := 0; i < len(w); i++ {
+			e.U8(w[i])
+		}
+		e.Uvarint(v.count[id])
 	}
 	for _, id := range v.heap {
-		b.Write(binary.AppendUvarint(nil, uint64(id)))
+		e.Uvarint(uint64(id))
 	}
-	return b.Bytes(), nil
+	return e.Bytes(), nil
 }
 
 // UnmarshalBinary restores a vocabulary written by MarshalBinary. On error
 // the receiver is unchanged.
 func (v *Vocabulary) UnmarshalBinary(data []byte) error {
-	r := bytes.NewReader(data)
-	if f, err := r.ReadByte(); err != nil || f != vocabularyFormat {
+	d := state.NewDecoder(data)
+	if d.U8() != vocabularyFormat || d.Bad() {
 		return fmt.Errorf("%w: format version", ErrVocabularyFormat)
 	}
-	next := func() uint64 {
-		x, err := binary.ReadUvarint(r)
-		if err != nil {
-			panic(ErrVocabularyFormat)
-		}
-		return x
+	size, n := d.Uvarint(), d.Uvarint()
+	if d.Bad() || size < 1 || n > size || size > 1<<30 {
+		return fmt.Errorf("%w: %d words of %d", ErrVocabularyFormat, n, size)
 	}
-	var u *Vocabulary
-	err := func() (err error) {
-		defer func() {
-			if e := recover(); e != nil {
-				err = fmt.Errorf("%w: truncated or inconsistent", ErrVocabularyFormat)
-			}
-		}()
-		size, n := next(), next()
-		if size < 1 || n > size || size > 1<<30 {
-			return fmt.Errorf("%w: %d words of %d", ErrVocabularyFormat, n, size)
+	u := NewVocabulary(int(size))
+	for id := 0; id < int(n) && !d.Bad(); id++ {
+		l := d.Uvarint()
+		if l > uint64(d.Len()) {
+			d.Fail()
+			break
 		}
-		u = NewVocabulary(int(size))
-		for id := range int(n) {
-			l := next()
-			if l > uint64(r.Len()) {
-				return fmt.Errorf("%w: truncated", ErrVocabularyFormat)
-			}
-			w := make([]byte, l)
-			r.Read(w)
-			u.words = append(u.words, string(w))
-			u.count = append(u.count, next())
-			u.ids[string(w)] = id
+		w := string(d.Bytes(int(l)))
+		u.words = append(u.words, w)
+		u.count = append(u.count, d.Uvarint())
+		u.ids[w] = id
+	}
+	u.pos = make([]int, n)
+	seen := make([]bool, n)
+	for i := 0; i < int(n) && !d.Bad(); i++ {
+		id := d.Uvarint()
+		if id >= n || seen[id] {
+			d.Fail()
+			break
 		}
-		u.pos = make([]int, n)
-		seen := make([]bool, n)
-		for i := range int(n) {
-			id := next()
-			if id >= n || seen[id] {
-				return fmt.Errorf("%w: heap", ErrVocabularyFormat)
-			}
-			seen[id] = true
-			u.heap = append(u.heap, int(id))
-			u.pos[id] = i
-		}
-		if len(u.ids) != int(n) || r.Len() != 0 {
-			return fmt.Errorf("%w: duplicate words or trailing bytes", ErrVocabularyFormat)
-		}
-		return nil
-	}()
-	if err != nil {
-		return err
+		seen[id] = true
+		u.heap = append(u.heap, int(id))
+		u.pos[id] = i
+	}
+	if !d.Done() || len(u.ids) != int(n) {
+		return fmt.Errorf("%w: truncated, inconsistent or trailing bytes", ErrVocabularyFormat)
 	}
 	*v = *u
 	return nil

@@ -8,6 +8,8 @@ import (
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/blas64"
 	"gonum.org/v1/gonum/mat"
+
+	"github.com/smtd/smtd/internal/state"
 )
 
 // Moments is the running mean and covariance of a stream of row vectors,
@@ -155,16 +157,16 @@ func (m *Moments) Cov(dst *mat.SymDense) {
 	}
 }
 
-func (m *Moments) encode(e *encoder) {
-	e.f64(m.weight)
-	e.f64s(m.mean)
-	e.f64s(m.scatter)
+func (m *Moments) encode(e *state.Encoder) {
+	e.F64(m.weight)
+	e.F64s(m.mean)
+	e.F64s(m.scatter)
 }
 
-func (m *Moments) decode(d *decoder) {
-	m.weight = d.f64()
-	d.f64s(m.mean)
-	d.f64s(m.scatter)
+func (m *Moments) decode(d *state.Decoder) {
+	m.weight = d.F64()
+	d.F64s(m.mean)
+	d.F64s(m.scatter)
 }
 
 func (m *Moments) clone() *Moments {
@@ -461,50 +463,50 @@ func (w *Whitener) Clone() *Whitener {
 // operator of w, with float64 values bit-exact.
 func (w *Whitener) MarshalBinary() ([]byte, error) {
 	n := w.mom.dim
-	e := encoder{b: make([]byte, 0, 128+8*(3*n*n+n))}
-	e.u8(stateVersion)
-	e.u8(kindWhitener)
-	e.u64(uint64(n))
-	e.f64(w.s.Lambda)
-	e.i64(int64(w.s.RefreshEvery))
-	e.i64(w.s.FreezeAfter)
-	e.f64(w.s.Forget)
-	e.i64(w.batches)
-	e.i64(w.rows)
-	e.i64(w.last)
-	e.i64(w.refreshes)
-	w.mom.encode(&e)
-	e.dense(w.op)
-	e.dense(w.inv)
-	return e.b, nil
+	e := state.NewEncoder(make([]byte, 0, 128+8*(3*n*n+n)))
+	e.U8(stateVersion)
+	e.U8(kindWhitener)
+	e.U64(uint64(n))
+	e.F64(w.s.Lambda)
+	e.I64(int64(w.s.RefreshEvery))
+	e.I64(w.s.FreezeAfter)
+	e.F64(w.s.Forget)
+	e.I64(w.batches)
+	e.I64(w.rows)
+	e.I64(w.last)
+	e.I64(w.refreshes)
+	w.mom.encode(e)
+	e.Dense(w.op)
+	e.Dense(w.inv)
+	return e.Bytes(), nil
 }
 
 // UnmarshalBinary restores a state written by MarshalBinary into w, which
 // must have the same dimension. On error w is unchanged.
 func (w *Whitener) UnmarshalBinary(data []byte) error {
-	d := decoder{b: data}
-	if v := d.u8(); v != stateVersion {
+	d := state.NewDecoder(data)
+	if v := d.U8(); v != stateVersion {
 		return fmt.Errorf("%w: whitener state version %d, want %d", ErrVersion, v, stateVersion)
 	}
-	if k := d.u8(); k != kindWhitener {
+	if k := d.U8(); k != kindWhitener {
 		return fmt.Errorf("%w: not a whitener state", ErrFormat)
 	}
 	n := w.mom.dim
-	if got := d.u64(); got != uint64(n) {
+	if got := d.U64(); got != uint64(n) {
 		return fmt.Errorf("%w: whitener of dimension %d, receiver has %d", ErrFormat, got, n)
 	}
 	var s WhitenSettings
-	s.Lambda = d.f64()
-	s.RefreshEvery = int(d.i64())
-	s.FreezeAfter = d.i64()
-	s.Forget = d.f64()
+	s.Lambda = d.F64()
+	s.RefreshEvery = int(d.I64())
+	s.FreezeAfter = d.I64()
+	s.Forget = d.F64()
 	c := &Whitener{s: s, mom: NewMoments(n), tmp: w.tmp}
-	c.batches, c.rows, c.last, c.refreshes = d.i64(), d.i64(), d.i64(), d.i64()
-	c.mom.decode(&d)
+	c.batches, c.rows, c.last, c.refreshes = d.I64(), d.I64(), d.I64(), d.I64()
+	c.mom.decode(d)
 	op, inv := make([]float64, n*n), make([]float64, n*n)
-	d.f64s(op)
-	d.f64s(inv)
-	if !d.done() {
+	d.F64s(op)
+	d.F64s(inv)
+	if !d.Done() {
 		return fmt.Errorf("%w: whitener state of %d bytes is truncated or too long", ErrFormat, len(data))
 	}
 	if err := s.Validate(); err != nil {

@@ -6,8 +6,10 @@ import (
 	"math/rand/v2"
 	"sync"
 
-	"github.com/smtd/smtd/online"
 	"gonum.org/v1/gonum/mat"
+
+	"github.com/smtd/smtd/internal/state"
+	"github.com/smtd/smtd/online"
 )
 
 // SMTSettings configures an SMT. K, Blank and Dim are its shape and cannot
@@ -729,42 +731,42 @@ func (m *SMT) Clone() *SMT {
 // MarshalBinary encodes the settings, the step count and P, float64s
 // bit-exact.
 func (m *SMT) MarshalBinary() ([]byte, error) {
-	e := encoder{b: make([]byte, 0, 96+8*m.n*m.s.Dim)}
-	e.u8(stateVersion)
-	e.u8(kindSMT)
-	e.u64(uint64(m.s.K))
-	e.u8(byte(m.s.Blank))
-	e.u64(uint64(m.s.Dim))
-	e.f64(m.s.LearningRate)
-	e.f64(m.s.Decay)
-	e.f64(m.s.Gamma0)
-	e.f64(m.s.Gamma1)
-	e.i64(m.steps)
-	e.f64s(m.pt.RawMatrix().Data)
-	return e.b, nil
+	e := state.NewEncoder(make([]byte, 0, 96+8*m.n*m.s.Dim))
+	e.U8(stateVersion)
+	e.U8(kindSMT)
+	e.U64(uint64(m.s.K))
+	e.U8(byte(m.s.Blank))
+	e.U64(uint64(m.s.Dim))
+	e.F64(m.s.LearningRate)
+	e.F64(m.s.Decay)
+	e.F64(m.s.Gamma0)
+	e.F64(m.s.Gamma1)
+	e.I64(m.steps)
+	e.F64s(m.pt.RawMatrix().Data)
+	return e.Bytes(), nil
 }
 
 // UnmarshalBinary restores a state written by MarshalBinary, settings
 // included, into m, which must have the same K, Blank and Dim. On error m
 // is unchanged.
 func (m *SMT) UnmarshalBinary(data []byte) error {
-	d := decoder{b: data}
-	if v := d.u8(); v != stateVersion {
+	d := state.NewDecoder(data)
+	if v := d.U8(); v != stateVersion {
 		return fmt.Errorf("%w: SMT state version %d, want %d", ErrVersion, v, stateVersion)
 	}
-	if kind := d.u8(); kind != kindSMT {
+	if kind := d.U8(); kind != kindSMT {
 		return fmt.Errorf("%w: not an SMT state", ErrFormat)
 	}
-	s := SMTSettings{K: int(d.u64()), Blank: BlankMode(d.u8()), Dim: int(d.u64())}
-	if d.bad || s.K != m.s.K || s.Blank != m.s.Blank || s.Dim != m.s.Dim {
+	s := SMTSettings{K: int(d.U64()), Blank: BlankMode(d.U8()), Dim: int(d.U64())}
+	if d.Bad() || s.K != m.s.K || s.Blank != m.s.Blank || s.Dim != m.s.Dim {
 		return fmt.Errorf("%w: SMT state of K %d, blank %v, dimension %d; receiver has %d, %v, %d",
 			ErrFormat, s.K, s.Blank, s.Dim, m.s.K, m.s.Blank, m.s.Dim)
 	}
-	s.LearningRate, s.Decay, s.Gamma0, s.Gamma1 = d.f64(), d.f64(), d.f64(), d.f64()
-	steps := d.i64()
+	s.LearningRate, s.Decay, s.Gamma0, s.Gamma1 = d.F64(), d.F64(), d.F64(), d.F64()
+	steps := d.I64()
 	p := make([]float64, m.n*m.s.Dim)
-	d.f64s(p)
-	if !d.done() {
+	d.F64s(p)
+	if !d.Done() {
 		return fmt.Errorf("%w: SMT state of %d bytes is truncated or too long", ErrFormat, len(data))
 	}
 	if err := s.Validate(); err != nil {

@@ -5,8 +5,10 @@ import (
 	"math"
 	"slices"
 
-	"github.com/smtd/smtd/online"
 	"gonum.org/v1/gonum/mat"
+
+	"github.com/smtd/smtd/internal/state"
+	"github.com/smtd/smtd/online"
 )
 
 // StatsSettings configures Stats. K, Blank, Range, MultiHot and VOnly fix
@@ -677,30 +679,30 @@ func (st *Stats) Clone() *Stats {
 // MarshalBinary encodes the settings and the sums, float64s bit-exact;
 // the triangles are written sparsely (only their non-zero entries).
 func (st *Stats) MarshalBinary() ([]byte, error) {
-	e := encoder{b: make([]byte, 0, 128+16*st.n)}
-	e.u8(stateVersion)
-	e.u8(kindStats)
-	e.u64(uint64(st.s.K))
-	e.u8(byte(st.s.Blank))
-	e.u64(uint64(st.s.Range))
-	e.u8(boolByte(st.s.MultiHot))
-	e.u8(boolByte(st.s.VOnly))
-	e.f64(st.s.Memory)
-	e.f64(st.g)
-	e.f64(st.w)
-	e.f64(st.wp)
-	e.i64(st.rows)
-	e.i64(st.pairs)
-	e.i64(st.batches)
-	e.f64s(st.vd)
-	e.f64s(st.ld)
+	e := state.NewEncoder(make([]byte, 0, 128+16*st.n))
+	e.U8(stateVersion)
+	e.U8(kindStats)
+	e.U64(uint64(st.s.K))
+	e.U8(byte(st.s.Blank))
+	e.U64(uint64(st.s.Range))
+	e.U8(boolByte(st.s.MultiHot))
+	e.U8(boolByte(st.s.VOnly))
+	e.F64(st.s.Memory)
+	e.F64(st.g)
+	e.F64(st.w)
+	e.F64(st.wp)
+	e.I64(st.rows)
+	e.I64(st.pairs)
+	e.I64(st.batches)
+	e.F64s(st.vd)
+	e.F64s(st.ld)
 	if st.s.MultiHot {
-		e.sparse(st.vo.v)
+		e.Sparse(st.vo.v)
 	}
 	if !st.s.VOnly {
-		e.sparse(st.lo.v)
+		e.Sparse(st.lo.v)
 	}
-	return e.b, nil
+	return e.Bytes(), nil
 }
 
 func boolByte(b bool) byte {
@@ -714,35 +716,35 @@ func boolByte(b bool) byte {
 // included, into st, which must have been made with the same K, Blank,
 // Range, MultiHot and VOnly. On error st is unchanged.
 func (st *Stats) UnmarshalBinary(data []byte) error {
-	d := decoder{b: data}
-	if v := d.u8(); v != stateVersion {
+	d := state.NewDecoder(data)
+	if v := d.U8(); v != stateVersion {
 		return fmt.Errorf("%w: stats state version %d, want %d", ErrVersion, v, stateVersion)
 	}
-	if kind := d.u8(); kind != kindStats {
+	if kind := d.U8(); kind != kindStats {
 		return fmt.Errorf("%w: not a stats state", ErrFormat)
 	}
-	s := StatsSettings{K: int(d.u64()), Blank: BlankMode(d.u8()), Range: int(d.u64())}
-	s.MultiHot, s.VOnly = d.u8() == 1, d.u8() == 1
-	s.Memory = d.f64()
-	if d.bad || s.K != st.s.K || s.Blank != st.s.Blank || s.Range != st.s.Range || s.MultiHot != st.s.MultiHot || s.VOnly != st.s.VOnly {
+	s := StatsSettings{K: int(d.U64()), Blank: BlankMode(d.U8()), Range: int(d.U64())}
+	s.MultiHot, s.VOnly = d.U8() == 1, d.U8() == 1
+	s.Memory = d.F64()
+	if d.Bad() || s.K != st.s.K || s.Blank != st.s.Blank || s.Range != st.s.Range || s.MultiHot != st.s.MultiHot || s.VOnly != st.s.VOnly {
 		return fmt.Errorf("%w: stats state of K %d, blank %v, range %d, multi-hot %v, V-only %v does not match the receiver's %d, %v, %d, %v, %v",
 			ErrFormat, s.K, s.Blank, s.Range, s.MultiHot, s.VOnly, st.s.K, st.s.Blank, st.s.Range, st.s.MultiHot, st.s.VOnly)
 	}
-	g, w, wp := d.f64(), d.f64(), d.f64()
-	rows, pairs, batches := d.i64(), d.i64(), d.i64()
+	g, w, wp := d.F64(), d.F64(), d.F64()
+	rows, pairs, batches := d.I64(), d.I64(), d.I64()
 	vd, ld := make([]float64, st.n), make([]float64, st.n)
-	d.f64s(vd)
-	d.f64s(ld)
+	d.F64s(vd)
+	d.F64s(ld)
 	var vo, lo tri
 	if s.MultiHot {
 		vo = newTri(st.n)
-		d.sparse(vo.v)
+		d.Sparse(vo.v)
 	}
 	if !s.VOnly {
 		lo = newTri(st.n)
-		d.sparse(lo.v)
+		d.Sparse(lo.v)
 	}
-	if !d.done() {
+	if !d.Done() {
 		return fmt.Errorf("%w: stats state of %d bytes is truncated or too long", ErrFormat, len(data))
 	}
 	if err := s.Validate(); err != nil {
