@@ -45,6 +45,8 @@ func MNIST(ctx context.Context, w io.Writer, args []string) error {
 	batch := fs.Int("batch", 32, "images per minibatch")
 	mean := fs.Int("mean-context", 3, "range d of the contextual mean")
 	lambda := fs.Float64("lambda", 0.1, "whitening λ")
+	smtMemory := fs.Float64("smt-memory", config.DefaultPipeline(config.Image, "").SMT.Memory, "patches the SMT statistics average over (0: never forget)")
+	kmDecay := fs.Float64("kmeans-decay", 0, "k-means rate decay per batch (anneals the dictionary)")
 	raw := fs.Bool("raw", false, "also report soft-KNN on raw pixels")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to `file`")
 	if err := fs.Parse(args); err != nil {
@@ -70,6 +72,8 @@ func MNIST(ctx context.Context, w io.Writer, args []string) error {
 	p.Patches.Context = *mean
 	p.Whiten.Lambda = *lambda
 	p.KMeans.Atoms = *atoms
+	p.KMeans.Decay = *kmDecay
+	p.SMT.Memory = *smtMemory
 	p.SMT.Dim, p.SMT.Context, p.SMT.Solver, p.SMT.Blank, p.SMT.Drop = *dim, *ctxRange, *solver, *blank, *drop
 	p.SMT.SolveEvery = 1 << 30 // solved once, before the checkpoint below
 	cfg := config.Default()

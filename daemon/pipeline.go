@@ -339,6 +339,7 @@ func (pl *pipeline) checkpoint(ctx context.Context) (*checkpointInfo, error) {
 	if err := pl.model.flush(); err != nil {
 		pl.log.Warn().Err(err).Msg("bringing the model up to date before a checkpoint")
 	}
+	pl.publishSnapshot() // queries see what the checkpoint holds
 	secs, err := pl.model.sections()
 	if err != nil {
 		return nil, err
