@@ -16,9 +16,11 @@ var benchmarks = map[string]struct {
 	run  func(ctx context.Context, w io.Writer, args []string) error
 	help string
 }{
-	"kmeans": {bench.KMeans, "online spherical k-means: learning and assignment patches/s on whitened 6x6 MNIST patches, next to gonum dgemm GFLOP/s"},
-	"mnist":  {bench.MNIST, "SMT on MNIST streamed through the daemon: soft-KNN top-1 of its embeddings, time and throughput per stage"},
-	"memory": {bench.Memory, "resident memory at 10% and 100% of a long MNIST replay through the daemon (default one million patches)"},
+	"kmeans":    {bench.KMeans, "online spherical k-means: learning and assignment patches/s on whitened 6x6 MNIST patches, next to gonum dgemm GFLOP/s"},
+	"mnist":     {bench.MNIST, "SMT on MNIST streamed through the daemon: soft-KNN top-1 of its embeddings, time and throughput per stage"},
+	"moons":     {bench.Moons, "kernel similarity matching on half moons: normalised kernel error for n = 2..64 next to KPCA and Nyström"},
+	"ksm-mnist": {bench.KSMMNIST, "kernel similarity matching on 20x20 MNIST: linear-classifier accuracy on the responses vs raw pixels, sparsity, receptive fields"},
+	"memory":    {bench.Memory, "resident memory at 10% and 100% of a long MNIST replay through the daemon (default one million patches)"},
 }
 
 func benchCmd(args []string, stdout, stderr io.Writer) error {
