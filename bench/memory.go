@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/smtd/smtd/config"
 	"github.com/smtd/smtd/daemon"
@@ -37,39 +36,18 @@ func Memory(ctx context.Context, w io.Writer, args []string) error {
 	if err != nil {
 		return err
 	}
-	cfg := config.Default()
-	cfg.DataDir, err = os.MkdirTemp("", "smtd-bench-memory-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(cfg.DataDir)
-	cfg.NATS.Listen = "127.0.0.1:-1"
-	cfg.Log.Level = "warn"
 	p := config.DefaultPipeline(config.Image, "images")
 	p.KMeans.Atoms = *atoms
 	p.Batch.Size = *batch
-	cfg.Pipelines = []config.Pipeline{p}
-	d, err := daemon.New(cfg, daemon.Options{Logger: daemon.NewLogger(io.Discard, "json")})
+	in, err := startDaemon(ctx, p, io.Discard)
 	if err != nil {
 		return err
 	}
-	if err := d.Start(ctx); err != nil {
-		return err
-	}
-	defer d.Shutdown(context.Background())
-	nc, err := nats.Connect(d.ClientURL())
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
+	defer in.Close()
+	js, learned := in.js, in.learned
 
 	perImage := p.PatchesPerImage()
 	n := (*patches + perImage - 1) / perImage
-	learned := func() int64 { return d.Status().Pipelines[0].Learned }
 	start := time.Now()
 	var rss10 int64
 	for i := 0; i < n; i++ {

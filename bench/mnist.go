@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/smtd/smtd/config"
@@ -76,21 +75,6 @@ func MNIST(ctx context.Context, w io.Writer, args []string) error {
 	p.SMT.Memory = *smtMemory
 	p.SMT.Dim, p.SMT.Context, p.SMT.Solver, p.SMT.Blank, p.SMT.Drop = *dim, *ctxRange, *solver, *blank, *drop
 	p.SMT.SolveEvery = 1 << 30 // solved once, before the checkpoint below
-	cfg := config.Default()
-	if cfg.DataDir, err = os.MkdirTemp("", "smtd-bench-mnist-"); err != nil {
-		return err
-	}
-	defer os.RemoveAll(cfg.DataDir)
-	cfg.NATS.Listen = "127.0.0.1:-1"
-	cfg.Log.Level = "warn"
-	cfg.Checkpoint.EverySamples = 1 << 40
-	cfg.Checkpoint.Every = 24 * time.Hour
-	cfg.Checkpoint.ObjectStore = false
-	cfg.Pipelines = []config.Pipeline{p}
-	if err := cfg.Validate(); err != nil {
-		return err
-	}
-
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
 		if err != nil {
@@ -103,25 +87,13 @@ func MNIST(ctx context.Context, w io.Writer, args []string) error {
 		defer pprof.StopCPUProfile()
 	}
 	start := time.Now()
-	d, err := daemon.New(cfg, daemon.Options{Logger: daemon.NewLogger(os.Stderr, "console")})
+	in, err := startDaemon(ctx, p, os.Stderr)
 	if err != nil {
 		return err
 	}
-	if err := d.Start(ctx); err != nil {
-		return err
-	}
-	defer d.Shutdown(context.Background())
-	nc, err := nats.Connect(d.ClientURL())
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-
-	learned := func() int64 { return d.Status().Pipelines[0].Learned }
+	defer in.Close()
+	nc, js, learned := in.nc, in.js, in.learned
+	cfg := config.Default() // the subjects of the daemon's endpoints
 	t0 := time.Now()
 	for pass := range *passes {
 		for i := range *nTrain {
