@@ -157,7 +157,7 @@ func (c *Config) validatePipeline(v *validator, p *Pipeline, path string) {
 	v.check(m.Gamma1 >= 0, f("smt.gamma1"), "must be >= 0, got %g", m.Gamma1)
 	v.check(m.Memory >= 0, f("smt.memory"), "must be >= 0 (0: never forget), got %g", m.Memory)
 	v.check(m.SolveEvery >= 1, f("smt.solve_every"), "must be >= 1, got %d", m.SolveEvery)
-	v.check(m.Drop >= 0 && (m.Drop+m.Dim <= k.Atoms || k.Atoms < 1), f("smt.drop"), "must be >= 0 with drop+dim <= kmeans.atoms, got %d", m.Drop)
+	v.check(m.Drop >= 0 && (m.Drop+m.Dim <= k.Atoms || k.Atoms < 1 || m.Dim > k.Atoms), f("smt.drop"), "must be >= 0 with drop+dim <= kmeans.atoms, got %d", m.Drop)
 	v.check(m.PoolKernel >= 1, f("smt.pool_kernel"), "must be >= 1, got %d", m.PoolKernel)
 	v.check(m.PoolStride >= 1, f("smt.pool_stride"), "must be >= 1, got %d", m.PoolStride)
 }

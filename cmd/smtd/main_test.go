@@ -73,7 +73,7 @@ func TestRunReloadsOnSIGHUP(t *testing.T) {
 	port := freePort(t)
 	path := filepath.Join(dir, "smtd.yaml")
 	writeConfig := func(rate float64, atoms int) {
-		cfg := fmt.Sprintf("data_dir: %s\nnats: {listen: \"127.0.0.1:%d\"}\npipelines:\n  - name: digits\n    input: {subject: smtd.in.digits}\n    kmeans: {atoms: %d, learning_rate: %g}\n", dir, port, atoms, rate)
+		cfg := fmt.Sprintf("data_dir: %s\nnats: {listen: \"127.0.0.1:%d\"}\npipelines:\n  - name: digits\n    input: {subject: smtd.in.digits}\n    kmeans: {atoms: %d, learning_rate: %g}\n    smt: {dim: 8}\n", dir, port, atoms, rate)
 		if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 			t.Fatal(err)
 		}
