@@ -202,34 +202,25 @@ func (st *Stats) HasL() bool { return !st.s.VOnly }
 // DiagV writes the diagonal of V, the frequency of each atom per counted
 // row, into dst if it has length Size() (else into a new slice). It is
 // zero before any row is added.
-func (st *Stats) DiagV(dst []float64) []float64 {
-	if len(dst) != st.n {
-		dst = make([]float64, st.n)
-	}
-	if st.w == 0 {
-		clear(dst)
-		return dst
-	}
-	inv := 1 / st.w
-	for a, v := range st.vd {
-		dst[a] = v * inv
-	}
-	return dst
-}
+func (st *Stats) DiagV(dst []float64) []float64 { return normalised(dst, st.vd, st.w) }
 
 // DiagL writes the diagonal of L into dst if it has length Size() (else
 // into a new slice): for 1-hot codes the fraction of neighbour pairs in
 // which each atom meets another atom. It is zero with VOnly.
-func (st *Stats) DiagL(dst []float64) []float64 {
-	if len(dst) != st.n {
-		dst = make([]float64, st.n)
+func (st *Stats) DiagL(dst []float64) []float64 { return normalised(dst, st.ld, st.wp) }
+
+// normalised writes sums/weight into dst, or into a new slice if dst has
+// another length; zero weight (nothing added yet) gives zeros.
+func normalised(dst, sums []float64, weight float64) []float64 {
+	if len(dst) != len(sums) {
+		dst = make([]float64, len(sums))
 	}
-	if st.wp == 0 {
+	if weight == 0 {
 		clear(dst)
 		return dst
 	}
-	inv := 1 / st.wp
-	for a, v := range st.ld {
+	inv := 1 / weight
+	for a, v := range sums {
 		dst[a] = v * inv
 	}
 	return dst
