@@ -312,19 +312,7 @@ func (m *imageModel) rollback(to model) {
 }
 
 func (m *imageModel) finite() bool {
-	return finiteMatrix(m.km.Atoms()) && finiteMatrix(m.white.Operator()) && (m.smt == nil || m.smt.Finite())
-}
-
-func finiteMatrix(a mat.Matrix) bool {
-	r, c := a.Dims()
-	for i := range r {
-		for j := range c {
-			if v := a.At(i, j); math.IsNaN(v) || math.IsInf(v, 0) {
-				return false
-			}
-		}
-	}
-	return true
+	return m.km.Finite() && m.white.Finite() && (m.smt == nil || m.smt.Finite())
 }
 
 // part is one serialisable stage of a model, stored as a checkpoint

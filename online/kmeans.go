@@ -215,6 +215,10 @@ func (k *KMeans) Batches() int64 { return k.batches }
 // Reseeds returns the number of times a dead atom was re-seeded.
 func (k *KMeans) Reseeds() int64 { return k.reseeds }
 
+// Finite reports whether every atom is finite (a caller's check for a
+// diverged dictionary).
+func (k *KMeans) Finite() bool { return finite(k.atoms.RawMatrix().Data) }
+
 // Counts returns the cumulative counts N_j (decayed by Memory),
 // written into dst if it has length K (else into a new slice).
 func (k *KMeans) Counts(dst []float64) []float64 {

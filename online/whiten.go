@@ -414,6 +414,9 @@ func (w *Whitener) Refresh() error {
 	return nil
 }
 
+// Finite reports whether the operator is finite.
+func (w *Whitener) Finite() bool { return finite(w.op.RawMatrix().Data) }
+
 func finite(s []float64) bool {
 	for _, v := range s {
 		if math.IsNaN(v) || math.IsInf(v, 0) {
