@@ -38,24 +38,25 @@
 //
 // About 31% of MNIST's 6×6 patches are pure background, and after
 // contextual mean removal and whitening online.NormalizeRows still flags
-// about 9% (contextual mean d = 3, threshold 0.1) to 22% (d = 1) as blank
-// (code −1). How they enter the statistics and the embedding is a setting,
-// BlankMode, shared by Stats and SMT: BlankAtom (the default) makes them
-// one more atom, learned and embedded like the others, so the image vector
-// records where the background is; BlankSkip leaves them out (no V, no
-// pairs, zero embedding). Measured on MNIST (5,000 training and 1,000 test
-// digits, K = 1024, Dim = 32, closed form, soft-KNN top-1):
+// about 10% (contextual mean d = 3, threshold 0.1) to 24% (d = 1) as blank
+// (code −1; `smtd bench kmeans -context D` prints the share). How they
+// enter the statistics and the embedding is a setting, BlankMode, shared
+// by Stats and SMT: BlankAtom (the default) makes them one more atom,
+// learned and embedded like the others, so the image vector records where
+// the background is; BlankSkip leaves them out (no V, no pairs, zero
+// embedding). Measured through the daemon on MNIST (5,000 training and
+// 1,000 test digits, K = 1024, Dim = 32, closed form, soft-KNN top-1;
+// BENCHMARKS.md has the command):
 //
-//	contextual mean d, blank   context range   BlankAtom   BlankSkip
-//	3, 9.1% blank              3               97.8%       97.3%
-//	3, 9.1% blank              whole image     97.2%       97.6%
-//	1, 22.3% blank             3               97.0%       96.8%
-//	1, 22.3% blank             whole image     96.0%       94.6%
+//	contextual mean d   context range   BlankAtom   BlankSkip
+//	3                   3               97.6%       96.6%
+//	3                   whole image     96.8%       96.8%
+//	1                   3               96.9%       96.9%
+//	1                   whole image     95.8%       94.5%
 //
-// With a 3-position context the blank atom is worth a few tenths of a
-// point; with the whole image as context and many blank patches it is
-// worth 1.4 points. (1,000 test digits give a standard error of about
-// 0.5 point.)
+// The blank atom never loses and is worth a point with d = 3 and a
+// 3-position context, and 1.3 points with d = 1 and the whole image.
+// (1,000 test digits give a standard error of about 0.5 point.)
 //
 // # Use
 //
