@@ -123,13 +123,13 @@ func MNIST(ctx context.Context, w io.Writer, args []string) error {
 	solveTime := time.Since(t0)
 
 	t0 = time.Now()
-	trainX, err := embedAll(nc, cfg.EmbedSubject(p.Name), train, *nTrain)
+	trainX, err := embedAll(nc, cfg.EmbedSubject(p.Name), *nTrain, func(s string, i int) *nats.Msg { return imageMsg(s, train, i) })
 	if err != nil {
-		return err
+		return fmt.Errorf("bench mnist: %w", err)
 	}
-	testX, err := embedAll(nc, cfg.EmbedSubject(p.Name), test, *nTest)
+	testX, err := embedAll(nc, cfg.EmbedSubject(p.Name), *nTest, func(s string, i int) *nats.Msg { return imageMsg(s, test, i) })
 	if err != nil {
-		return err
+		return fmt.Errorf("bench mnist: %w", err)
 	}
 	embedTime := time.Since(t0)
 
@@ -182,16 +182,17 @@ func imageMsg(subject string, im *dataset.Images, i int) *nats.Msg {
 	return m
 }
 
-// embedAll asks the embed endpoint for the first n images' embeddings.
-func embedAll(nc *nats.Conn, subject string, im *dataset.Images, n int) (*mat.Dense, error) {
+// embedAll asks the embed endpoint on subject for the embeddings of n
+// inputs, msg(subject, i) building the request of input i.
+func embedAll(nc *nats.Conn, subject string, n int, msg func(subject string, i int) *nats.Msg) (*mat.Dense, error) {
 	var x *mat.Dense
 	for i := range n {
-		rep, err := nc.RequestMsg(imageMsg(subject, im, i), time.Minute)
+		rep, err := nc.RequestMsg(msg(subject, i), time.Minute)
 		if err != nil {
-			return nil, fmt.Errorf("bench mnist: embedding image %d: %w", i, err)
+			return nil, fmt.Errorf("embedding input %d: %w", i, err)
 		}
 		if e := rep.Header.Get("Nats-Service-Error"); e != "" {
-			return nil, fmt.Errorf("bench mnist: embedding image %d: %s", i, e)
+			return nil, fmt.Errorf("embedding input %d: %s", i, e)
 		}
 		dim := len(rep.Data) / 4
 		if x == nil {

@@ -76,6 +76,7 @@ func Moons(ctx context.Context, w io.Writer, args []string) error {
 	kmIters := fs.Int("kmeans-iters", 100, "maximum Lloyd iterations of the k-means landmarks")
 	repeats := fs.Int("repeats", 3, "seeds to average the randomised methods over")
 	seed := fs.Uint64("seed", 1, "seed of the data and of the first repeat")
+	throughDaemon := fs.Bool("daemon", false, "also learn the paper's network from the points as messages: a recorded stream of the epochs replayed through JetStream into a daemon in this process (once per n, first seed)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -208,6 +209,16 @@ func Moons(ctx context.Context, w io.Writer, args []string) error {
 			var y mat.Dense
 			hebbian.RandomFourier(&y, x, n, *sigma, rand.NewPCG(s, 0x726666))
 			add("rff_error", hebbian.NormalizedError(&k, &y))
+		}
+		if *throughDaemon {
+			st, total := settings("network", n)
+			y, took, err := moonsThroughDaemon(ctx, x, st, *batch, total, rand.NewPCG(*seed, 0x6261746368), io.Discard)
+			if err != nil {
+				return fmt.Errorf("bench moons: through the daemon, n = %d: %w", n, err)
+			}
+			fmt.Fprintf(w, "moons_n%d_daemon_error: %.4f\n", n, hebbian.NormalizedError(&k, y))
+			fmt.Fprintf(w, "moons_n%d_daemon_seconds: %.2f\n", n, took.Seconds())
+			fmt.Fprintf(w, "moons_n%d_daemon_messages_per_second: %.0f\n", n, float64(total**batch)/took.Seconds())
 		}
 		fmt.Fprintf(w, "moons_n%d_kpca_error: %.4f\n", n, hebbian.NormalizedError(&k, kpca.Slice(0, *points, 0, n)))
 		rep := float64(*repeats)

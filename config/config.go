@@ -123,6 +123,77 @@ type Pipeline struct {
 	SMT SMT `yaml:"smt"`
 	// Text configures word-token pipelines.
 	Text TextSettings `yaml:"text"`
+	// Learner is what image and video pipelines learn: smt (default:
+	// patches, whitening, k-means codes and the sparse manifold transform)
+	// or ksm (a kernel similarity matching network on the whole image).
+	Learner string `yaml:"learner"`
+	// KSM configures the kernel similarity matching network of learner ksm.
+	KSM KSM `yaml:"ksm"`
+}
+
+// Learners of image and video pipelines.
+const (
+	LearnerSMT = "smt" // patches → whitening → k-means codes → SMT embedding
+	LearnerKSM = "ksm" // whole image → Hebbian/anti-Hebbian KSM network
+)
+
+// Kernels of the KSM network.
+const (
+	KernelGaussian    = "gaussian"     // exp(−‖u−v‖²/2σ²)
+	KernelPowerCosine = "power-cosine" // ‖u‖‖v‖(û·v̂)^α
+	KernelLinear      = "linear"       // u·v
+	KernelPolynomial  = "polynomial"   // (γ u·v + c₀)^d
+)
+
+// KSM configures the kernel similarity matching network
+// (kernel-similarity-matching-hebbian, sections 2-3): feedforward W
+// (Hebbian), regulatory q and lateral L (anti-Hebbian), responses
+// y = (L + λI)⁻¹(q ∘ f(W, x)) published for every input. Images are
+// flattened (rows, columns, channels) after Crop; a 1xN raw float32
+// "image" is a point of N coordinates.
+type KSM struct {
+	// Neurons is n, the number of responses. Default 64.
+	Neurons int `yaml:"neurons"`
+	// Kernel is gaussian (default), power-cosine, linear or polynomial.
+	Kernel string `yaml:"kernel"`
+	// Sigma is σ of the Gaussian kernel. Default 1.
+	Sigma float64 `yaml:"sigma"`
+	// Alpha is α of the power-cosine kernel. Default 3.
+	Alpha int `yaml:"alpha"`
+	// Degree, Gamma and Coef0 are d, γ and c₀ of the polynomial kernel.
+	// Defaults 2, 1 and 0.
+	Degree int     `yaml:"degree"`
+	Gamma  float64 `yaml:"gamma"`
+	Coef0  float64 `yaml:"coef0"`
+	// Mixing replaces the scalar regulatory terms q_i by a full matrix Q
+	// (an extension of the paper; see hebbian.Settings). Default false.
+	Mixing bool `yaml:"mixing"`
+	// Lambda is λ of eq. 8. Default 0.001.
+	Lambda float64 `yaml:"lambda"`
+	// EtaW, EtaQ and EtaL are the rates of eq. 10: descent on W and q,
+	// ascent on L (EtaL in (0, 2], much larger than the others).
+	// Defaults 0.01, 0.01 and 0.1.
+	EtaW float64 `yaml:"eta_w" live:"true"`
+	EtaQ float64 `yaml:"eta_q" live:"true"`
+	EtaL float64 `yaml:"eta_l" live:"true"`
+	// AnnealEvery multiplies the three rates by AnnealFactor after every
+	// this many minibatches, at most MaxAnneals times (A.6). Defaults
+	// 10000, 0.1 and 1; anneal_every 0 in the file is refused, use
+	// max_anneals 0 to never anneal.
+	AnnealEvery  int64   `yaml:"anneal_every" live:"true"`
+	AnnealFactor float64 `yaml:"anneal_factor" live:"true"`
+	MaxAnneals   int     `yaml:"max_anneals" live:"true"`
+	// InitScale is the standard deviation of the initial weights W.
+	// Default 1.
+	InitScale float64 `yaml:"init_scale"`
+	// Crop removes this many pixels from each border of an image before
+	// the network (MNIST: 4 gives the paper's 20x20). Default 0.
+	Crop int `yaml:"crop"`
+}
+
+// KSMInputs returns the input dimension of the KSM network of p.
+func (p *Pipeline) KSMInputs() int {
+	return (p.Image.Width - 2*p.KSM.Crop) * (p.Image.Height - 2*p.KSM.Crop) * p.Image.Channels
 }
 
 // Transport of a pipeline's input.

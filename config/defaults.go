@@ -77,7 +77,13 @@ func DefaultPipeline(m Modality, name string) Pipeline {
 			PoolKernel:   4,
 			PoolStride:   2,
 		},
-		Text: TextSettings{Vocabulary: 50000, MaxTokens: 10000},
+		Text:    TextSettings{Vocabulary: 50000, MaxTokens: 10000},
+		Learner: LearnerSMT,
+		KSM: KSM{
+			Neurons: 64, Kernel: KernelGaussian, Sigma: 1, Alpha: 3, Degree: 2, Gamma: 1,
+			Lambda: 0.001, EtaW: 0.01, EtaQ: 0.01, EtaL: 0.1,
+			AnnealEvery: 10000, AnnealFactor: 0.1, MaxAnneals: 1, InitScale: 1,
+		},
 	}
 	switch m {
 	case Image:

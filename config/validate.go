@@ -122,6 +122,11 @@ func (c *Config) validatePipeline(v *validator, p *Pipeline, path string) {
 	v.check(im.Width >= 1 && im.Width <= 8192, f("image.width"), "must be in 1..8192, got %d", im.Width)
 	v.check(im.Height >= 1 && im.Height <= 8192, f("image.height"), "must be in 1..8192, got %d", im.Height)
 	v.check(im.Channels == 1 || im.Channels == 3, f("image.channels"), "must be 1 or 3, got %d", im.Channels)
+	v.check(oneOf(p.Learner, LearnerSMT, LearnerKSM), f("learner"), "must be smt or ksm, got %q", p.Learner)
+	if p.Learner == LearnerKSM {
+		validateKSM(v, p, f)
+		return
+	}
 	pt := p.Patches
 	v.check(pt.Size >= 1, f("patches.size"), "must be >= 1, got %d", pt.Size)
 	v.check(pt.Size <= im.Width && pt.Size <= im.Height, f("patches.size"), "patch %dx%d is larger than the %dx%d image", pt.Size, pt.Size, im.Width, im.Height)
@@ -160,6 +165,26 @@ func (c *Config) validatePipeline(v *validator, p *Pipeline, path string) {
 	v.check(m.Drop >= 0 && (m.Drop+m.Dim <= k.Atoms || k.Atoms < 1 || m.Dim > k.Atoms), f("smt.drop"), "must be >= 0 with drop+dim <= kmeans.atoms, got %d", m.Drop)
 	v.check(m.PoolKernel >= 1, f("smt.pool_kernel"), "must be >= 1, got %d", m.PoolKernel)
 	v.check(m.PoolStride >= 1, f("smt.pool_stride"), "must be >= 1, got %d", m.PoolStride)
+}
+
+func validateKSM(v *validator, p *Pipeline, f func(string) string) {
+	k := p.KSM
+	v.check(k.Neurons >= 1 && k.Neurons <= 1<<16, f("ksm.neurons"), "must be in 1..65536, got %d", k.Neurons)
+	v.check(oneOf(k.Kernel, KernelGaussian, KernelPowerCosine, KernelLinear, KernelPolynomial), f("ksm.kernel"), "must be gaussian, power-cosine, linear or polynomial, got %q", k.Kernel)
+	v.check(k.Sigma > 0, f("ksm.sigma"), "must be > 0, got %g", k.Sigma)
+	v.check(k.Alpha >= 1, f("ksm.alpha"), "must be >= 1, got %d", k.Alpha)
+	v.check(k.Degree >= 1, f("ksm.degree"), "must be >= 1, got %d", k.Degree)
+	v.check(k.Gamma > 0, f("ksm.gamma"), "must be > 0, got %g", k.Gamma)
+	v.check(k.Coef0 >= 0, f("ksm.coef0"), "must be >= 0, got %g", k.Coef0)
+	v.check(k.Lambda > 0, f("ksm.lambda"), "must be > 0, got %g", k.Lambda)
+	v.check(k.EtaW > 0, f("ksm.eta_w"), "must be > 0, got %g", k.EtaW)
+	v.check(k.EtaQ > 0, f("ksm.eta_q"), "must be > 0, got %g", k.EtaQ)
+	v.check(k.EtaL > 0 && k.EtaL <= 2, f("ksm.eta_l"), "must be in (0, 2], got %g", k.EtaL)
+	v.check(k.AnnealEvery >= 1, f("ksm.anneal_every"), "must be >= 1 (max_anneals 0 never anneals), got %d", k.AnnealEvery)
+	v.check(k.AnnealFactor > 0 && k.AnnealFactor <= 1, f("ksm.anneal_factor"), "must be in (0, 1], got %g", k.AnnealFactor)
+	v.check(k.MaxAnneals >= 0, f("ksm.max_anneals"), "must be >= 0, got %d", k.MaxAnneals)
+	v.check(k.InitScale > 0, f("ksm.init_scale"), "must be > 0, got %g", k.InitScale)
+	v.check(k.Crop >= 0 && 2*k.Crop < p.Image.Width && 2*k.Crop < p.Image.Height, f("ksm.crop"), "must leave pixels of the %dx%d image, got %d", p.Image.Width, p.Image.Height, k.Crop)
 }
 
 func validListen(s string) bool {

@@ -55,6 +55,9 @@ func newModel(p *config.Pipeline, src rand.Source) model {
 	if p.Modality == config.Text {
 		return &textModel{vocab: online.NewVocabulary(p.Text.Vocabulary)}
 	}
+	if p.Learner == config.LearnerKSM {
+		return newKSMModel(p, src)
+	}
 	return newImageModel(p, src)
 }
 

@@ -151,6 +151,16 @@ func shapeChanges(a, b *config.Pipeline) []string {
 		return out
 	}
 	add("image", a.Image, b.Image)
+	add("learner", a.Learner, b.Learner)
+	if b.Learner == config.LearnerKSM {
+		k, l := a.KSM, b.KSM
+		add("ksm.neurons", k.Neurons, l.Neurons)
+		add("ksm.kernel", ksmKernel(k), ksmKernel(l))
+		add("ksm.mixing", k.Mixing, l.Mixing)
+		add("ksm.lambda", k.Lambda, l.Lambda)
+		add("ksm.crop", k.Crop, l.Crop)
+		return out
+	}
 	add("patches.size", a.Patches.Size, b.Patches.Size)
 	add("patches.stride", a.Patches.Stride, b.Patches.Stride)
 	add("kmeans.atoms", a.KMeans.Atoms, b.KMeans.Atoms)

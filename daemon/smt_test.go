@@ -42,7 +42,7 @@ func TestImageEmbeddingsClassifyDigits(t *testing.T) {
 			waitFor(t, 2*time.Minute, "stream learned", func() bool { return pipelineStatus(d, "digits").Learned == int64(n) })
 			request(t, nc, "smtd.control.checkpoint", nil, nil)
 
-			acc := softKNN(t, embed(t, nc, train), labels(t, train), embed(t, nc, test), labels(t, test))
+			acc := softKNN(t, embed(t, nc, "digits", train), labels(t, train), embed(t, nc, "digits", test), labels(t, test))
 			t.Logf("%s: soft-KNN top-1 %.1f%% on SMT embeddings, %.1f%% on raw pixels", solver, 100*acc, 100*rawAcc)
 			if acc <= rawAcc {
 				t.Errorf("SMT embeddings %.3f do not beat raw pixels %.3f", acc, rawAcc)
@@ -82,11 +82,11 @@ func pixels(t *testing.T, msgs []*record.Message) *mat.Dense {
 	return x
 }
 
-// embed asks the daemon for the embedding of each message.
-func embed(t *testing.T, nc *nats.Conn, msgs []*record.Message) *mat.Dense {
+// embed asks the embed endpoint of pipeline for the outputs of msgs.
+func embed(t *testing.T, nc *nats.Conn, pipeline string, msgs []*record.Message) *mat.Dense {
 	var x *mat.Dense
 	for i, m := range msgs {
-		req := natsMsg("smtd.embed.digits", m.Header, m.Data)
+		req := natsMsg("smtd.embed."+pipeline, m.Header, m.Data)
 		rep, err := nc.RequestMsg(req, 10*time.Second)
 		if err != nil {
 			t.Fatal(err)

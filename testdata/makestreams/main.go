@@ -28,6 +28,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/smtd/smtd/bench"
 	"github.com/smtd/smtd/dataset"
 	"github.com/smtd/smtd/record"
 )
@@ -37,6 +38,7 @@ const (
 	imagesSubject = "smtd.in.images"
 	framesSubject = "smtd.in.frames"
 	wordsSubject  = "smtd.in.words"
+	pointsSubject = "smtd.in.points"
 
 	imageGap    = time.Millisecond      // between MNIST images
 	sentenceGap = time.Millisecond      // between Brown sentences
@@ -95,6 +97,7 @@ func run(data, out, images string) error {
 		{"mnist-raw-100.smtdrec", mnistRaw(train, 100)},
 		{"video-2x48.smtdrec", video},
 		{"brown-2000.smtdrec", brownMessages(sentences, 2000)},
+		{"moons-1600.smtdrec", moonsMessages()},
 	}
 	for _, f := range files {
 		path := filepath.Join(out, f.name)
@@ -205,6 +208,18 @@ func videoMessages(imagesDir string) ([]*record.Message, error) {
 		}
 	}
 	return msgs, nil
+}
+
+// moonsMessages returns the 1600 centred half-moons points of bench moons
+// (noise 0.1, its default seed) as raw float32 1x2 messages.
+func moonsMessages() []*record.Message {
+	x := bench.MakeMoons(1600, 0.1, rand.NewPCG(1, 0x6d6f6f6e73))
+	msgs := make([]*record.Message, x.RawMatrix().Rows)
+	for i := range msgs {
+		m := bench.PointMsg(pointsSubject, x.RawRowView(i))
+		msgs[i] = &record.Message{Subject: m.Subject, Header: m.Header, Data: m.Data, Offset: time.Duration(i) * imageGap}
+	}
+	return msgs
 }
 
 // brownMessages returns the first n sentences as space-joined UTF-8 text.

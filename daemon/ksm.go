@@ -1,0 +1,169 @@
+package daemon
+
+import (
+	"fmt"
+	"math/rand/v2"
+
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/smtd/smtd/config"
+	"github.com/smtd/smtd/hebbian"
+)
+
+// ksmModel is the kernel similarity matching network of
+// kernel-similarity-matching-hebbian (sections 2-3) on whole images: the
+// pixels of an image, after cropping, are one input x, and its output is
+// the response vector
+//
+//	y = (L + λI)⁻¹ (q ∘ f(W, x))    (eq. 12),
+//
+// learned by the Hebbian/anti-Hebbian updates of eqs. 10 and 13-15, one
+// step per minibatch (package hebbian). A step that would diverge is
+// refused by the network and reported; a minibatch after which some
+// parameter is not finite is rolled back by the pipeline.
+type ksmModel struct {
+	net   *hebbian.Network
+	shape config.ImageShape
+	crop  int
+
+	// Workspaces, never shared with snapshots.
+	x, y mat.Dense
+}
+
+func newKSMModel(p *config.Pipeline, src rand.Source) *ksmModel {
+	return &ksmModel{net: hebbian.New(ksmSettings(p), src), shape: p.Image, crop: p.KSM.Crop}
+}
+
+// ksmKernel returns the kernel named by the config.
+func ksmKernel(k config.KSM) hebbian.Kernel {
+	switch k.Kernel {
+	case config.KernelPowerCosine:
+		return hebbian.PowerCosine{Alpha: k.Alpha}
+	case config.KernelLinear:
+		return hebbian.Linear{}
+	case config.KernelPolynomial:
+		return hebbian.Polynomial{Degree: k.Degree, Gamma: k.Gamma, Coef0: k.Coef0}
+	default:
+		return hebbian.Gaussian{Sigma: k.Sigma}
+	}
+}
+
+// ksmSettings maps the config onto the network's settings. The config's
+// max_anneals 0 (never anneal) is the network's AnnealEvery 0.
+func ksmSettings(p *config.Pipeline) hebbian.Settings {
+	k := p.KSM
+	s := hebbian.Settings{
+		Neurons: k.Neurons, Dim: p.KSMInputs(), Kernel: ksmKernel(k), Mixing: k.Mixing,
+		Lambda: k.Lambda, EtaW: k.EtaW, EtaQ: k.EtaQ, EtaL: k.EtaL,
+		AnnealEvery: k.AnnealEvery, AnnealFactor: k.AnnealFactor, MaxAnneals: k.MaxAnneals,
+		InitScale: k.InitScale,
+	}
+	if k.MaxAnneals == 0 {
+		s.AnnealEvery, s.MaxAnneals = 0, 1
+	}
+	return s
+}
+
+// inputs writes the cropped pixels of each sample as a row of m.x.
+func (m *ksmModel) inputs(batch []sample) *mat.Dense {
+	w, h, ch, c := m.shape.Width, m.shape.Height, m.shape.Channels, m.crop
+	cols := (w - 2*c) * ch
+	resize(&m.x, len(batch), m.net.Dim())
+	raw := m.x.RawMatrix()
+	for i, s := range batch {
+		row := raw.Data[i*raw.Stride : i*raw.Stride+raw.Cols]
+		for r := c; r < h-c; r++ {
+			off := (r*w + c) * ch
+			copy(row[(r-c)*cols:(r-c+1)*cols], s.pixels[off:off+cols])
+		}
+	}
+	return &m.x
+}
+
+// outputs returns the rows of m.y as the outputs of batch.
+func (m *ksmModel) outputs(batch []sample) []output {
+	out := make([]output, len(batch))
+	n := m.net.Neurons()
+	raw := m.y.RawMatrix()
+	for i, s := range batch {
+		v := make([]float32, n)
+		for j, y := range raw.Data[i*raw.Stride : i*raw.Stride+n] {
+			v[j] = float32(y)
+		}
+		out[i] = output{vector: v, source: s}
+	}
+	return out
+}
+
+func (m *ksmModel) encode(batch []sample) []output {
+	m.net.Transform(&m.y, m.inputs(batch))
+	return m.outputs(batch)
+}
+
+// learn takes one step on the minibatch and returns the responses the
+// step learned from; a refused step leaves the network as it was and the
+// outputs are its responses.
+func (m *ksmModel) learn(batch []sample) ([]output, error) {
+	x := m.inputs(batch)
+	if err := m.net.Step(&m.y, x); err != nil {
+		m.net.Transform(&m.y, x)
+		return m.outputs(batch), fmt.Errorf("ksm: %w", err)
+	}
+	return m.outputs(batch), nil
+}
+
+func (m *ksmModel) flush() error { return nil }
+
+func (m *ksmModel) snapshot() model {
+	return &ksmModel{net: m.net.Clone(), shape: m.shape, crop: m.crop}
+}
+
+func (m *ksmModel) rollback(to model) { m.net = to.(*ksmModel).net.Clone() }
+
+func (m *ksmModel) finite() bool { return m.net.Finite() }
+
+func (m *ksmModel) tune(p *config.Pipeline) { mustTune(m.net.SetSettings(ksmSettings(p))) }
+
+func (m *ksmModel) sections() ([]Section, error) {
+	b, err := m.net.MarshalBinary()
+	return []Section{{Name: "ksm", Data: b}}, err
+}
+
+// restore reads the network of a checkpoint, keeping the configured
+// settings (rates, schedule); a network of another shape, kernel or λ is
+// refused.
+func (m *ksmModel) restore(secs []Section) error {
+	b, err := findSection(secs, "ksm")
+	if err != nil {
+		return err
+	}
+	n := new(hebbian.Network)
+	if err := n.UnmarshalBinary(b); err != nil {
+		return fmt.Errorf("ksm: %w", err)
+	}
+	s := m.net.Settings()
+	if got := n.Settings(); got.Lambda != s.Lambda {
+		return fmt.Errorf("ksm: checkpoint has λ = %g, config ksm.lambda is %g", got.Lambda, s.Lambda)
+	}
+	if err := n.SetSettings(s); err != nil {
+		return fmt.Errorf("ksm: checkpoint does not fit the config: %w", err)
+	}
+	m.net = n
+	return nil
+}
+
+func (m *ksmModel) describe() map[string]any {
+	s := m.net.Settings()
+	etaW, etaQ, etaL := s.Rates(m.net.Steps())
+	return map[string]any{
+		"learner": config.LearnerKSM,
+		"image":   fmt.Sprintf("%dx%dx%d, crop %d", m.shape.Height, m.shape.Width, m.shape.Channels, m.crop),
+		"neurons": m.net.Neurons(),
+		"inputs":  m.net.Dim(),
+		"kernel":  fmt.Sprint(s.Kernel),
+		"mixing":  s.Mixing,
+		"steps":   m.net.Steps(),
+		"energy":  m.net.Energy(),
+		"rates":   fmt.Sprintf("η_w %g, η_q %g, η_l %g", etaW, etaQ, etaL),
+	}
+}
