@@ -123,6 +123,8 @@ type Pipeline struct {
 	SMT SMT `yaml:"smt"`
 	// Text configures word-token pipelines.
 	Text TextSettings `yaml:"text"`
+	// Video configures the frame streams of video pipelines.
+	Video VideoSettings `yaml:"video"`
 	// Learner is what image and video pipelines learn: smt (default:
 	// patches, whitening, k-means codes and the sparse manifold transform)
 	// or ksm (a kernel similarity matching network on the whole image).
@@ -319,12 +321,12 @@ const (
 // neighbour relation of patches within Context grid positions.
 type SMT struct {
 	// Dim is the embedding dimension (rows of P); 0 turns SMT off and the
-	// pipeline publishes pooled k-means codes. Default 32 for images, 0
-	// for video frames.
+	// pipeline publishes pooled k-means codes. Default 32.
 	Dim int `yaml:"dim"`
 	// Context is the range d, in patch positions: patches whose grid rows
 	// and columns each differ by at most d are neighbours; 0 means the
-	// whole image. Default 3.
+	// whole image. Default 3. Video pipelines ignore it: their neighbours
+	// are the same patch in the previous and next frame of the stream.
 	Context int `yaml:"context"`
 	// Blank is how blank patches enter: atom (one more atom, default) or
 	// skip (left out, zero embedding).
@@ -365,6 +367,19 @@ type TextSettings struct {
 	Vocabulary int `yaml:"vocabulary"`
 	// MaxTokens rejects messages with more tokens. Default 10000.
 	MaxTokens int `yaml:"max_tokens"`
+}
+
+// VideoSettings configures how a video pipeline follows its streams (the
+// Smtd-Stream header) for the temporal SMT of sparse-manifold-transform
+// eq. 8, which links frames t−1, t and t+1 of one stream.
+type VideoSettings struct {
+	// MaxStreams bounds the streams followed at once; a new stream past
+	// it forgets the least recently seen one. Default 1024.
+	MaxStreams int `yaml:"max_streams"`
+	// Reorder is how many frames of a stream may arrive ahead of an
+	// earlier one; a frame still missing after that is taken as dropped
+	// and breaks the stream's chain of triples. Default 2.
+	Reorder int `yaml:"reorder"`
 }
 
 // EmbedSubject is where the pipeline answers embedding queries.

@@ -78,6 +78,7 @@ func DefaultPipeline(m Modality, name string) Pipeline {
 			PoolStride:   2,
 		},
 		Text:    TextSettings{Vocabulary: 50000, MaxTokens: 10000},
+		Video:   VideoSettings{MaxStreams: 1024, Reorder: 2},
 		Learner: LearnerSMT,
 		KSM: KSM{
 			Neurons: 64, Kernel: KernelGaussian, Sigma: 1, Alpha: 3, Degree: 2, Gamma: 1,
@@ -91,7 +92,6 @@ func DefaultPipeline(m Modality, name string) Pipeline {
 	case Video:
 		p.Input.Subject = "smtd.in.frames"
 		p.Image = ImageShape{Width: 32, Height: 32, Channels: 1}
-		p.SMT.Dim = 0 // the temporal SMT of video is not there yet
 	case Text:
 		p.Input.Subject = "smtd.in.words"
 		p.Batch.Size = 256

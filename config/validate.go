@@ -122,6 +122,11 @@ func (c *Config) validatePipeline(v *validator, p *Pipeline, path string) {
 	v.check(im.Width >= 1 && im.Width <= 8192, f("image.width"), "must be in 1..8192, got %d", im.Width)
 	v.check(im.Height >= 1 && im.Height <= 8192, f("image.height"), "must be in 1..8192, got %d", im.Height)
 	v.check(im.Channels == 1 || im.Channels == 3, f("image.channels"), "must be 1 or 3, got %d", im.Channels)
+	if p.Modality == Video {
+		v.check(p.Video.MaxStreams >= 1 && p.Video.MaxStreams <= 1<<20, f("video.max_streams"), "must be in 1..1048576, got %d", p.Video.MaxStreams)
+		v.check(p.Video.Reorder >= 0 && p.Video.Reorder <= 64, f("video.reorder"), "must be in 0..64, got %d", p.Video.Reorder)
+		v.check(p.SMT.Dim == 0 || p.KMeans.Code == CodeVQ, f("kmeans.code"), "video SMT needs vq codes, got %q", p.KMeans.Code)
+	}
 	v.check(oneOf(p.Learner, LearnerSMT, LearnerKSM), f("learner"), "must be smt or ksm, got %q", p.Learner)
 	if p.Learner == LearnerKSM {
 		validateKSM(v, p, f)

@@ -46,6 +46,13 @@ type imageModel struct {
 	sinceSolve int         // closed solver: batches since the last solve
 	src        rand.Source // the pipeline's, for the Lanczos start vector
 
+	// frames follows the streams of a video pipeline with SMT: its
+	// statistics and steps use the temporal triples of eq. 8 instead of
+	// spatial neighbours. Nil otherwise and in snapshots.
+	frames *frameTracker
+	// frameCounts are the tracker's counters in snapshots, for status.
+	frameCounts *frameCounts
+
 	// Workspaces, reused between batches; never shared with snapshots.
 	x      mat.Dense // all patches of a batch, one per row
 	w      mat.Dense // whitened and normalised
@@ -81,6 +88,9 @@ func newImageModel(p *config.Pipeline, src rand.Source) *imageModel {
 			VOnly:    p.SMT.Solver == config.SolverSGD, // the SGD step needs only V
 		})
 		m.smt = sgd.NewSMT(smtSettings(p, blank), src)
+		if p.Modality == config.Video {
+			m.frames = newFrameTracker(p.Video.MaxStreams, p.Video.Reorder)
+		}
 	}
 	m.tune(p)
 	return m
@@ -173,21 +183,54 @@ func (m *imageModel) learn(batch []sample) ([]output, error) {
 	if m.smt == nil {
 		return m.pooledCodes(batch), nil
 	}
+	var err error
+	if m.frames != nil {
+		err = m.learnTemporal(batch)
+	} else {
+		err = m.learnSpatial(batch)
+	}
+	if err == nil && m.solver == config.SolverClosed {
+		if m.sinceSolve++; m.sinceSolve >= m.solveEvery {
+			err = m.solve()
+		}
+	}
+	return m.embedded(batch), err
+}
+
+// learnSpatial adds the codes of the batch's images, patches within
+// smt.context grid positions being neighbours, to the statistics, and
+// takes an SGD step on them.
+func (m *imageModel) learnSpatial(batch []sample) error {
 	g, images := m.patcher.Grid, len(batch)
 	if m.code == config.CodeVQ {
 		m.stats.AddImagesVQ(m.assign, images, g)
 	} else {
 		m.stats.AddImagesGQ(&m.codes, images, g)
 	}
-	var err error
-	if m.solver == config.SolverSGD {
-		// The statistics include this batch before the step, as the
-		// step's V should (sgd.SMT.StepImagesVQ).
-		err = m.smt.StepImagesVQ(m.stats, m.assign, images, g)
-	} else if m.sinceSolve++; m.sinceSolve >= m.solveEvery {
-		err = m.solve()
+	if m.solver != config.SolverSGD {
+		return nil
 	}
-	return m.embedded(batch), err
+	// The statistics include this batch before the step, as the step's V
+	// should (sgd.SMT.StepImagesVQ).
+	return m.smt.StepImagesVQ(m.stats, m.assign, images, g)
+}
+
+// learnTemporal adds the triples of frames (t−1, t, t+1) of one stream
+// that the batch completed to the statistics (sparse-manifold-transform
+// eq. 8: D_{t−1,t} = D_{t+1,t} = −½, D_{t,t} = 1, patch by patch), and
+// takes an SGD step on them. A batch that completes no triple changes
+// nothing.
+func (m *imageModel) learnTemporal(batch []sample) error {
+	m.frames.add(batch, m.assign, m.patcher.Grid.Len())
+	f := m.frames
+	if len(f.cur) == 0 {
+		return nil
+	}
+	m.stats.AddTemporalVQ(f.prev, f.cur, f.next)
+	if m.solver != config.SolverSGD {
+		return nil
+	}
+	return m.smt.StepTemporalVQ(m.stats, f.prev, f.cur, f.next)
 }
 
 // solve sets P to the closed-form solution of the statistics so far.
@@ -298,6 +341,9 @@ func (m *imageModel) snapshot() model {
 	if m.smt != nil {
 		s.smt = m.smt.Clone()
 	}
+	if m.frames != nil {
+		s.frameCounts = m.frames.counts()
+	}
 	return s
 }
 
@@ -346,6 +392,13 @@ func (m *imageModel) sections() ([]Section, error) {
 	if m.smt != nil {
 		secs = append(secs, Section{Name: "smt-solver", Data: binary.AppendUvarint(nil, uint64(m.sinceSolve))})
 	}
+	if m.frames != nil {
+		b, err := m.frames.MarshalBinary()
+		if err != nil {
+			return nil, err
+		}
+		secs = append(secs, Section{Name: "video-frames", Data: b})
+	}
 	return secs, nil
 }
 
@@ -378,7 +431,18 @@ func (m *imageModel) restore(secs []Section) error {
 			return errors.New("smt-solver: bad encoding")
 		}
 	}
-	m.white, m.km, m.stats, m.smt, m.sinceSolve = w, km, stats, smt, int(since)
+	var frames *frameTracker
+	if m.frames != nil {
+		b, err := findSection(secs, "video-frames")
+		if err != nil {
+			return err
+		}
+		frames = newFrameTracker(m.frames.maxStreams, m.frames.reorder)
+		if err := frames.UnmarshalBinary(b); err != nil {
+			return err
+		}
+	}
+	m.white, m.km, m.stats, m.smt, m.sinceSolve, m.frames = w, km, stats, smt, int(since), frames
 	return nil
 }
 
@@ -402,6 +466,16 @@ func (m *imageModel) describe() map[string]any {
 		d["smt_solver"] = m.solver
 		d["smt_steps"] = m.smt.Steps()
 		d["output_dim"] = m.pool.Len(g, m.smt.Settings().Dim)
+		c := m.frameCounts
+		if m.frames != nil {
+			c = m.frames.counts()
+		}
+		if c != nil {
+			d["video_streams"] = c.Streams
+			d["video_frames_late"] = c.Late
+			d["video_gaps"] = c.Gaps
+			d["video_streams_forgotten"] = c.StreamsForgotten
+		}
 	} else {
 		d["output_dim"] = m.km.Settings().K
 	}

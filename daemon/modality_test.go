@@ -32,13 +32,22 @@ func TestVideoAndTextPipelines(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if m.Header.Get(HeaderFrame) == "" || m.Header.Get(HeaderShape) != "32" {
+		if m.Header.Get(HeaderFrame) == "" || m.Header.Get(HeaderShape) != "4608" { // 12x12 pooled positions x 32
 			t.Fatalf("frame output headers %v", m.Header)
 		}
 		streams[m.Header.Get(HeaderStream)]++
 	}
 	if len(streams) != 2 {
 		t.Errorf("outputs of streams %v, want two streams", streams)
+	}
+	// The two interleaved cameras of 48 in-order frames make 2·46 triples
+	// (t−1, t, t+1) for the temporal SMT.
+	model := pipelineStatus(d, "frames").Model
+	if model["video_streams"] != 2 || model["video_gaps"] != int64(0) || model["video_frames_late"] != int64(0) {
+		t.Errorf("video tracking %v, want 2 streams, no gaps, none late", model)
+	}
+	if model["smt_steps"] == int64(0) {
+		t.Errorf("temporal SMT took no step: %v", model)
 	}
 	for range 5 {
 		m, err := wordOut.NextMsg(5 * time.Second)

@@ -39,6 +39,9 @@ func (e *Encoder) F64(v float64) { e.U64(math.Float64bits(v)) }
 // Uvarint writes v as an unsigned varint.
 func (e *Encoder) Uvarint(v uint64) { e.b = binary.AppendUvarint(e.b, v) }
 
+// Raw appends b as it is; the reader must know its length.
+func (e *Encoder) Raw(b []byte) { e.b = append(e.b, b...) }
+
 // F64s writes every element of v.
 func (e *Encoder) F64s(v []float64) {
 	for _, x := range v {
