@@ -263,7 +263,8 @@ type Patches struct {
 	// mean of the patches within Context grid steps, App. C). Default
 	// contextual.
 	Mean string `yaml:"mean"`
-	// Context is the range d of the contextual mean. Default 1.
+	// Context is the range d of the contextual mean. Default 3 (fewer
+	// blank patches and better embeddings than 1; see BENCHMARKS.md).
 	Context int `yaml:"context"`
 	// MinNorm: whitened patches with a smaller L2 norm are blank; they are
 	// left out of learning and get an all-zero code. Default 0.1.

@@ -52,7 +52,7 @@ func DefaultPipeline(m Modality, name string) Pipeline {
 			Size:    6,
 			Stride:  1,
 			Mean:    "contextual",
-			Context: 1,
+			Context: 3,
 			MinNorm: 0.1,
 		},
 		Whiten: Whiten{Lambda: 0.1, RefreshEvery: 64, FreezeAfter: 1000000},
