@@ -68,7 +68,8 @@ type Service struct {
 	// Prefix of every daemon subject: events are published on
 	// <prefix>.events.{errors,checkpoint,reload}, control requests are
 	// served on <prefix>.control.{reload,checkpoint}, status on
-	// <prefix>.status and embedding queries on <prefix>.embed.<pipeline>.
+	// <prefix>.status, embedding queries on <prefix>.embed.<pipeline> and
+	// nearest-word queries on <prefix>.neighbours.<pipeline>.
 	// Default "smtd".
 	Prefix string `yaml:"prefix"`
 }
@@ -361,13 +362,32 @@ type SMT struct {
 	PoolStride int `yaml:"pool_stride"`
 }
 
-// TextSettings configures word-token pipelines.
+// TextSettings configures word-token pipelines. With smt.dim > 0 the
+// pipeline learns SMT word embeddings (smt-minimalistic App. B): 1-hot
+// codes over the vocabulary, tokens of one message at most Window apart
+// are neighbours, and the embeddings, the columns of P, are solved in
+// closed form every smt.solve_every minibatches and before checkpoints.
 type TextSettings struct {
 	// Vocabulary is the most distinct words kept; when full, the rarest
-	// word is replaced. Default 50000.
+	// word is replaced (its co-occurrences are forgotten). Default 50000.
 	Vocabulary int `yaml:"vocabulary"`
 	// MaxTokens rejects messages with more tokens. Default 10000.
 	MaxTokens int `yaml:"max_tokens"`
+	// Window is w: tokens of one message at most w positions apart
+	// co-occur. Default 4.
+	Window int `yaml:"window"`
+	// MaxPairs bounds the word pairs stored (24 bytes each); past it the
+	// weakest are pruned. Default 3145728.
+	MaxPairs int `yaml:"max_pairs" live:"true"`
+	// MinCount leaves words seen fewer times out of the embedding (zero
+	// vector). Default 10.
+	MinCount float64 `yaml:"min_count" live:"true"`
+	// Weighting of the co-occurrence pairs: ppmi (default; positive
+	// pointwise mutual information) or counts (the paper's raw counts).
+	Weighting string `yaml:"weighting" live:"true"`
+	// PublishVocabulary publishes every word's embedding after each solve
+	// on <output.subject>.vocabulary. Default true.
+	PublishVocabulary bool `yaml:"publish_vocabulary" live:"true"`
 }
 
 // VideoSettings configures how a video pipeline follows its streams (the
@@ -386,6 +406,11 @@ type VideoSettings struct {
 // EmbedSubject is where the pipeline answers embedding queries.
 func (c *Config) EmbedSubject(pipeline string) string {
 	return c.Service.Prefix + ".embed." + pipeline
+}
+
+// NeighboursSubject is where a text pipeline answers nearest-word queries.
+func (c *Config) NeighboursSubject(pipeline string) string {
+	return c.Service.Prefix + ".neighbours." + pipeline
 }
 
 // Subject returns <prefix>.<suffix>, for events, control and status.

@@ -77,7 +77,10 @@ func DefaultPipeline(m Modality, name string) Pipeline {
 			PoolKernel:   4,
 			PoolStride:   2,
 		},
-		Text:    TextSettings{Vocabulary: 50000, MaxTokens: 10000},
+		Text: TextSettings{
+			Vocabulary: 50000, MaxTokens: 10000, Window: 4, MaxPairs: 3 << 20,
+			MinCount: 10, Weighting: "ppmi", PublishVocabulary: true,
+		},
 		Video:   VideoSettings{MaxStreams: 1024, Reorder: 2},
 		Learner: LearnerSMT,
 		KSM: KSM{
@@ -95,7 +98,8 @@ func DefaultPipeline(m Modality, name string) Pipeline {
 	case Text:
 		p.Input.Subject = "smtd.in.words"
 		p.Batch.Size = 256
-		p.SMT.Dim = 0 // word embeddings are not there yet
+		p.SMT.Dim = 128
+		p.SMT.Solver = SolverClosed
 	}
 	return p
 }

@@ -116,6 +116,16 @@ func (c *Config) validatePipeline(v *validator, p *Pipeline, path string) {
 	if p.Modality == Text {
 		v.check(p.Text.Vocabulary >= 1 && p.Text.Vocabulary <= 1<<24, f("text.vocabulary"), "must be in 1..16777216, got %d", p.Text.Vocabulary)
 		v.check(p.Text.MaxTokens >= 1, f("text.max_tokens"), "must be >= 1, got %d", p.Text.MaxTokens)
+		v.check(p.Text.Window >= 1, f("text.window"), "must be >= 1, got %d", p.Text.Window)
+		v.check(p.Text.MaxPairs >= 1, f("text.max_pairs"), "must be >= 1, got %d", p.Text.MaxPairs)
+		v.check(p.Text.MinCount >= 0, f("text.min_count"), "must be >= 0, got %g", p.Text.MinCount)
+		v.check(oneOf(p.Text.Weighting, "ppmi", "counts"), f("text.weighting"), "must be ppmi or counts, got %q", p.Text.Weighting)
+		m := p.SMT
+		v.check(m.Dim >= 0 && m.Dim+m.Drop < p.Text.Vocabulary, f("smt.dim"), "must be in 0..text.vocabulary-smt.drop-1, got %d", m.Dim)
+		v.check(m.Dim == 0 || m.Solver == SolverClosed, f("smt.solver"), "word embeddings are solved in closed form: must be closed, got %q", m.Solver)
+		v.check(m.Memory >= 0, f("smt.memory"), "must be >= 0 (0: never forget), got %g", m.Memory)
+		v.check(m.SolveEvery >= 1, f("smt.solve_every"), "must be >= 1, got %d", m.SolveEvery)
+		v.check(m.Drop >= 0, f("smt.drop"), "must be >= 0, got %d", m.Drop)
 		return
 	}
 	im := p.Image

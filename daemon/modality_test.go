@@ -58,7 +58,7 @@ func TestVideoAndTextPipelines(t *testing.T) {
 		if err := json.Unmarshal(m.Data, &o); err != nil {
 			t.Fatal(err)
 		}
-		if len(o.Tokens) == 0 || len(o.Tokens) != len(o.Vector) || o.Pipeline != "words" {
+		if len(o.Tokens) == 0 || len(o.Vector) != words.SMT.Dim || o.Pipeline != "words" {
 			t.Fatalf("text output %+v", o)
 		}
 	}

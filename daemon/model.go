@@ -5,7 +5,6 @@ import (
 	"math/rand/v2"
 
 	"github.com/smtd/smtd/config"
-	"github.com/smtd/smtd/online"
 )
 
 // model is the chain of learning stages of one pipeline. It is owned by
@@ -53,7 +52,7 @@ type Section struct {
 // src. The pipeline checkpoints src with the model.
 func newModel(p *config.Pipeline, src rand.Source) model {
 	if p.Modality == config.Text {
-		return &textModel{vocab: online.NewVocabulary(p.Text.Vocabulary)}
+		return newTextModel(p, src)
 	}
 	if p.Learner == config.LearnerKSM {
 		return newKSMModel(p, src)
@@ -69,69 +68,4 @@ func findSection(secs []Section, name string) ([]byte, error) {
 		}
 	}
 	return nil, fmt.Errorf("smtd: checkpoint has no %q Section", name)
-}
-
-// textModel codes word tokens 1-hot over an online vocabulary. Its output
-// for a message is the id of each token (as float32), in order.
-type textModel struct {
-	vocab *online.Vocabulary
-}
-
-func (m *textModel) encode(batch []sample) []output {
-	out := make([]output, len(batch))
-	for i, s := range batch {
-		v := make([]float32, len(s.tokens))
-		for j, t := range s.tokens {
-			id, ok := m.vocab.Lookup(t)
-			if !ok {
-				id = -1 // not (yet) in the vocabulary
-			}
-			v[j] = float32(id)
-		}
-		out[i] = output{vector: v, tokens: s.tokens, source: s}
-	}
-	return out
-}
-
-func (m *textModel) learn(batch []sample) ([]output, error) {
-	out := make([]output, len(batch))
-	for i, s := range batch {
-		v := make([]float32, len(s.tokens))
-		for j, t := range s.tokens {
-			v[j] = float32(m.vocab.Add(t))
-		}
-		out[i] = output{vector: v, tokens: s.tokens, source: s}
-	}
-	return out, nil
-}
-
-func (m *textModel) flush() error            { return nil }
-func (m *textModel) snapshot() model         { return &textModel{vocab: m.vocab.Clone()} }
-func (m *textModel) rollback(to model)       { m.vocab = to.(*textModel).vocab.Clone() }
-func (m *textModel) finite() bool            { return true }
-func (m *textModel) tune(p *config.Pipeline) {}
-
-func (m *textModel) sections() ([]Section, error) {
-	b, err := m.vocab.MarshalBinary()
-	return []Section{{Name: "vocabulary", Data: b}}, err
-}
-
-func (m *textModel) restore(secs []Section) error {
-	b, err := findSection(secs, "vocabulary")
-	if err != nil {
-		return err
-	}
-	v := online.NewVocabulary(m.vocab.Size())
-	if err := v.UnmarshalBinary(b); err != nil {
-		return err
-	}
-	if v.Size() != m.vocab.Size() {
-		return fmt.Errorf("smtd: checkpoint vocabulary holds %d words, config text.vocabulary is %d", v.Size(), m.vocab.Size())
-	}
-	m.vocab = v
-	return nil
-}
-
-func (m *textModel) describe() map[string]any {
-	return map[string]any{"vocabulary_size": m.vocab.Size(), "words": m.vocab.Len()}
 }

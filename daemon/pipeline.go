@@ -3,6 +3,7 @@ package daemon
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -148,6 +149,8 @@ func shapeChanges(a, b *config.Pipeline) []string {
 	add("modality", a.Modality, b.Modality)
 	if b.Modality == config.Text {
 		add("text.vocabulary", a.Text.Vocabulary, b.Text.Vocabulary)
+		add("smt.dim", a.SMT.Dim, b.SMT.Dim)
+		add("text.window", a.Text.Window, b.Text.Window)
 		return out
 	}
 	add("image", a.Image, b.Image)
@@ -276,6 +279,7 @@ func (pl *pipeline) process(msgs []inMsg) {
 		} else {
 			pl.publishSnapshot()
 			pl.publishOutputs(outs)
+			pl.publishVocabulary()
 			pl.samples += int64(len(batch))
 			pl.sinceCkpt += int64(len(batch))
 			pl.stats.learned.Add(int64(len(batch)))
@@ -332,6 +336,34 @@ func (pl *pipeline) publishOutputs(outs []output) {
 	}
 }
 
+// publishVocabulary publishes the word embeddings of a text pipeline's
+// newest solve, if not yet published, on <output subject>.vocabulary: JSON
+// chunks of up to 256 words with their vectors, numbered, all with the
+// model version of the solve.
+func (pl *pipeline) publishVocabulary() {
+	t, ok := pl.model.(*textModel)
+	if !ok {
+		return
+	}
+	sv := t.takeSolve()
+	if sv == nil {
+		return
+	}
+	subject := pl.cfg.Output.Subject + ".vocabulary"
+	chunks := sv.vocabularyChunks(pl.cfg.Name, pl.version)
+	for _, ch := range chunks {
+		b, err := json.Marshal(ch)
+		if err == nil {
+			err = pl.d.nc.Publish(subject, b)
+		}
+		if err != nil {
+			pl.log.Warn().Err(err).Str("subject", subject).Msg("publishing the vocabulary embeddings")
+			return
+		}
+	}
+	pl.log.Info().Str("subject", subject).Int("messages", len(chunks)).Uint64("version", pl.version).Msg("vocabulary embeddings published")
+}
+
 // checkpointInfo describes a written checkpoint (the checkpoint event).
 type checkpointInfo struct {
 	Pipeline string `json:"pipeline"`
@@ -350,6 +382,7 @@ func (pl *pipeline) checkpoint(ctx context.Context) (*checkpointInfo, error) {
 		pl.log.Warn().Err(err).Msg("bringing the model up to date before a checkpoint")
 	}
 	pl.publishSnapshot() // queries see what the checkpoint holds
+	pl.publishVocabulary()
 	secs, err := pl.model.sections()
 	if err != nil {
 		return nil, err

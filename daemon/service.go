@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/smtd/smtd/config"
+	"github.com/smtd/smtd/dataset"
 )
 
 // addService registers the NATS micro service: an embed endpoint per
@@ -32,6 +34,16 @@ func (d *Daemon) addService() (micro.Service, error) {
 		if err := svc.AddEndpoint("embed-"+pl.cfg.Name, micro.HandlerFunc(pl.handleEmbed),
 			micro.WithEndpointSubject(d.cfg.EmbedSubject(pl.cfg.Name)),
 			micro.WithEndpointMetadata(map[string]string{"pipeline": pl.cfg.Name, "modality": string(pl.cfg.Modality)}),
+		); err != nil {
+			svc.Stop()
+			return nil, err
+		}
+		if pl.cfg.Modality != config.Text || pl.cfg.SMT.Dim == 0 {
+			continue
+		}
+		if err := svc.AddEndpoint("neighbours-"+pl.cfg.Name, micro.HandlerFunc(pl.handleNeighbours),
+			micro.WithEndpointSubject(d.cfg.NeighboursSubject(pl.cfg.Name)),
+			micro.WithEndpointMetadata(map[string]string{"pipeline": pl.cfg.Name}),
 		); err != nil {
 			svc.Stop()
 			return nil, err
@@ -77,6 +89,73 @@ func (pl *pipeline) handleEmbed(req micro.Request) {
 	o.version = snap.version
 	m := encodeOutput(&snap.cfg, "", &o)
 	req.Respond(m.Data, micro.WithHeaders(micro.Headers(m.Header)))
+}
+
+// NeighboursRequest is a nearest-word query; a plain-text request is the
+// word itself.
+type NeighboursRequest struct {
+	Word string `json:"word"`
+	// K is how many neighbours: default 10, at most 1000.
+	K int `json:"k,omitempty"`
+}
+
+// NeighboursReply lists the words nearest to the query by the cosine of
+// their embeddings, most similar first.
+type NeighboursReply struct {
+	Pipeline     string      `json:"pipeline"`
+	ModelVersion uint64      `json:"model_version"`
+	Word         string      `json:"word"`
+	Neighbours   []Neighbour `json:"neighbours"`
+}
+
+// Neighbour is one word of a NeighboursReply.
+type Neighbour struct {
+	Word   string  `json:"word"`
+	Cosine float64 `json:"cosine"`
+}
+
+// handleNeighbours answers a nearest-word query from the pipeline's
+// current snapshot (its last solve of the word embeddings).
+func (pl *pipeline) handleNeighbours(req micro.Request) {
+	var q NeighboursRequest
+	data := bytes.TrimSpace(req.Data())
+	if len(data) > 0 && data[0] == '{' {
+		if err := json.Unmarshal(data, &q); err != nil {
+			req.Error("400", "bad request: "+err.Error(), nil)
+			return
+		}
+	} else {
+		q.Word = string(data)
+	}
+	if q.K == 0 {
+		q.K = 10
+	}
+	tokens := dataset.Tokenize(q.Word)
+	if len(tokens) != 1 || q.K < 1 || q.K > 1000 {
+		req.Error("400", fmt.Sprintf("want one word and k in 1..1000, got %q (%d tokens) and k %d", q.Word, len(tokens), q.K), nil)
+		return
+	}
+	snap := pl.snap.Load()
+	if snap == nil {
+		req.Error("503", "model not ready", nil)
+		return
+	}
+	t, _ := snap.model.(*textModel)
+	if t == nil || t.solved == nil {
+		req.Error("503", "no word embeddings yet", nil)
+		return
+	}
+	sv := t.solved
+	id, ok := sv.vocab.Lookup(tokens[0])
+	if !ok || !sv.vectors.Used(id) {
+		req.Error("404", fmt.Sprintf("%q has no embedding (unseen, or seen fewer than text.min_count times)", tokens[0]), nil)
+		return
+	}
+	rep := NeighboursReply{Pipeline: snap.cfg.Name, ModelVersion: snap.version, Word: tokens[0], Neighbours: []Neighbour{}}
+	for _, n := range sv.vectors.Neighbours(nil, []int{id}, q.K)[0] {
+		rep.Neighbours = append(rep.Neighbours, Neighbour{Word: sv.vocab.Word(n.ID), Cosine: n.Cosine})
+	}
+	req.RespondJSON(rep)
 }
 
 // ReloadResult says what a reload did.

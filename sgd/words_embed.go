@@ -1,0 +1,475 @@
+package sgd
+
+import (
+	"cmp"
+	"container/heap"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+
+	"gonum.org/v1/gonum/blas/blas64"
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/smtd/smtd/spectral"
+)
+
+// Defaults of WordEmbedSettings.
+const (
+	DefaultWordDim      = 128
+	DefaultWordMinCount = 10
+	DefaultWordTol      = 1e-6
+)
+
+// PairWeighting selects the weight of an edge of the co-occurrence graph
+// in WordStats.Embed.
+type PairWeighting int
+
+const (
+	// WeightPPMI (the default) weights the edge {a, b} by the positive
+	// pointwise mutual information of the pair,
+	//
+	//	W_ab = max(0, log(C_ab·T / (d_a·d_b))),  d_a = Σ_b C_ab,  T = Σ_a d_a,
+	//
+	// and normalises by the weighted degrees, V = diag(W·1)/ΣW: the
+	// normalised spectral embedding of the PPMI graph (Shi and Malik's
+	// normalised cut), eigenvalues in [0, 2]. With raw counts the
+	// frequent words dominate C (the, of, and meet everything), and the
+	// words a word meets more often than chance are what makes two
+	// neighbourhoods alike (Levy and Goldberg 2014). For W = C the
+	// degree d_a is 2·Window·c_a up to sentence ends and repeated words,
+	// so this V is then the paper's.
+	WeightPPMI PairWeighting = iota
+	// WeightCounts is the paper's problem as it stands (smt-minimalistic
+	// App. B): W = C, V = diag(c)/N, L = (diag(C·1) − C)/M, the pencil of
+	// WordStats itself, restricted to the words kept.
+	WeightCounts
+)
+
+var weightingNames = [...]string{WeightPPMI: "ppmi", WeightCounts: "counts"}
+
+// String returns "ppmi" or "counts".
+func (w PairWeighting) String() string {
+	if w >= 0 && int(w) < len(weightingNames) {
+		return weightingNames[w]
+	}
+	return fmt.Sprintf("PairWeighting(%d)", int(w))
+}
+
+// ParsePairWeighting returns the weighting named "ppmi" or "counts".
+func ParsePairWeighting(name string) (PairWeighting, error) {
+	for w, n := range weightingNames {
+		if n == name {
+			return PairWeighting(w), nil
+		}
+	}
+	return 0, fmt.Errorf("sgd: pair weighting %q: want ppmi or counts", name)
+}
+
+// WordEmbedSettings configures WordStats.Embed. A zero field means its
+// documented default.
+//
+// Measured on the Brown corpus (`smtd bench words`, BENCHMARKS.md): the
+// weighting matters most. With WeightCounts the neighbour lists are
+// mostly noise (monday: sunday, saturday, ballot, vice, stickney, ...;
+// mother: nephew, stuffed, hitting, ...) whatever the other settings,
+// with WeightPPMI they are mostly semantic (monday: tuesday, saturday,
+// friday, thursday, ...; church: presbyterian, catholic, methodist,
+// ...). MinCount 10 instead of 5 removes most of the remaining noise,
+// rare words with a few strong pairs (monday: ..., plantations,
+// proclaim; three: ..., sixty-one, bull's-eyes), and leaves 8,471 of the
+// 14,140 words seen 5 times or more. At MinCount 5, dropping 8 more
+// eigenvectors, or 64 dimensions instead of 128, made the lists worse,
+// and context distribution smoothing (d_b^0.75) changed little.
+type WordEmbedSettings struct {
+	// Dim is the embedding dimension, the rows of P. Zero means
+	// DefaultWordDim (128).
+	Dim int
+	// Drop is the number of smallest eigenvectors skipped after the first
+	// one, which is always skipped: it is the constant function
+	// (eigenvalue 0, L is a graph Laplacian), the same for every word, so
+	// it only adds a common offset that pulls every cosine towards 1.
+	// The next ones are indicators of the (nearly) disconnected parts of
+	// the co-occurrence graph (a foreign phrase, a table of names),
+	// localised on a handful of words. Zero keeps them; it must be >= 0.
+	Drop int
+	// MinCount is the count c_a (after forgetting) below which a word is
+	// left out of the problem, with its pairs: it gets a zero column. The
+	// co-occurrences of rarer words are too few to place them. Zero means
+	// DefaultWordMinCount (10); it must be >= 0 and finite, and any count
+	// up to 1 keeps every word seen.
+	MinCount float64
+	// Weighting is the weight of the pairs. The zero value is WeightPPMI.
+	Weighting PairWeighting
+	// Lanczos configures the eigensolver; a zero Tol means
+	// DefaultWordTol (1e-6), looser than spectral's default, which the
+	// neighbour lists do not need.
+	Lanczos spectral.LanczosSettings
+}
+
+// Validate reports whether the settings are usable.
+func (s WordEmbedSettings) Validate() error {
+	switch {
+	case s.Dim < 0:
+		return fmt.Errorf("sgd: word embedding dimension %d: must be >= 0 (0 means %d)", s.Dim, DefaultWordDim)
+	case s.Drop < 0:
+		return fmt.Errorf("sgd: word embedding drop %d: must be >= 0", s.Drop)
+	case !(s.MinCount >= 0) || math.IsInf(s.MinCount, 1):
+		return fmt.Errorf("sgd: word embedding min count %v: must be >= 0 and finite", s.MinCount)
+	case s.Weighting < WeightPPMI || s.Weighting > WeightCounts:
+		return fmt.Errorf("sgd: unknown %v", s.Weighting)
+	}
+	return s.Lanczos.Validate()
+}
+
+func (s WordEmbedSettings) withDefaults() WordEmbedSettings {
+	if s.Dim == 0 {
+		s.Dim = DefaultWordDim
+	}
+	if s.MinCount == 0 {
+		s.MinCount = DefaultWordMinCount
+	}
+	if s.Lanczos.Tol == 0 {
+		s.Lanczos.Tol = DefaultWordTol
+	}
+	return s
+}
+
+// Embed writes into dst (Dim×Words, or empty) the word embeddings: the
+// closed-form SMT solution (spectral.SolveSMT) on the co-occurrence graph
+// of the words counted at least MinCount times, the pairs weighted by
+// Weighting,
+//
+//	P = Uᵀ V^(−1/2),  U the eigenvectors 2 ... Dim+Drop+1 (ascending)
+//	                  of V^(−1/2) L V^(−1/2),  L = (diag(W·1) − W)/ΣW
+//
+// (WeightCounts: L = (diag(C·1) − C)/M, V = diag(c)/N), so that column a
+// of P is the embedding of slot a (smt-minimalistic App. B: β = P e_a).
+// Other slots get zero columns, and so do words whose every pair has a
+// zero weight. This is the normalised spectral embedding of the graph:
+// two words are close when their neighbourhoods are, whether or not they
+// meet each other. The cosine of two columns does not depend on the
+// V^(−1/2) factor, only on the rows of U.
+//
+// The product with L runs on a compressed copy of the restricted pairs
+// (12 bytes per pair and direction, 24 per pair, as much as the table),
+// made once per call. The Result's Dropped include the skipped first
+// eigenvector. It returns the errors of spectral.SolveSMT, and panics if
+// the settings are invalid or dst has another shape.
+func (ws *WordStats) Embed(dst *mat.Dense, s WordEmbedSettings, src rand.Source) (spectral.Result, error) {
+	if err := s.Validate(); err != nil {
+		panic(err)
+	}
+	s = s.withDefaults()
+	pb := newWordPencil(ws, s.MinCount, s.Weighting)
+	return spectral.SolveSMT(dst, pb, spectral.Settings{Dim: s.Dim, Drop: s.Drop + 1, Lanczos: s.Lanczos}, src)
+}
+
+// wordPencil is the SMT pencil of a WordStats restricted to the words
+// counted at least minCount times, with the weights W in compressed
+// sparse rows:
+//
+//	V = diag(v),  L x = scal·(diag(deg) − W) x.
+type wordPencil struct {
+	v    []float64 // diagonal of V (zero for words left out)
+	deg  []float64 // Σ_b W_ab
+	ptr  []int     // row a of W is col[ptr[a]:ptr[a+1]], val[...]
+	col  []int32
+	val  []float64
+	scal float64
+}
+
+func newWordPencil(ws *WordStats, minCount float64, weighting PairWeighting) *wordPencil {
+	n := ws.s.Words
+	pb := &wordPencil{v: make([]float64, n), deg: make([]float64, n), ptr: make([]int, n+1)}
+	keep := make([]bool, n)
+	for a, c := range ws.vd {
+		keep[a] = c > 0 && c*ws.g >= minCount
+	}
+	live := func(p *wordPair) (a, b int, ok bool) {
+		if p.key == 0 || ws.stale(p) {
+			return 0, 0, false
+		}
+		a, b = pairSlots(p.key)
+		return a, b, keep[a] && keep[b]
+	}
+	for i := range ws.tab {
+		if a, b, ok := live(&ws.tab[i]); ok {
+			pb.ptr[a+1]++
+			pb.ptr[b+1]++
+		}
+	}
+	for a := range n {
+		pb.ptr[a+1] += pb.ptr[a]
+	}
+	pb.col = make([]int32, pb.ptr[n])
+	pb.val = make([]float64, pb.ptr[n])
+	next := slices.Clone(pb.ptr[:n])
+	for i := range ws.tab {
+		p := &ws.tab[i]
+		a, b, ok := live(p)
+		if !ok {
+			continue
+		}
+		pb.col[next[a]], pb.val[next[a]] = int32(b), p.w
+		pb.col[next[b]], pb.val[next[b]] = int32(a), p.w
+		next[a]++
+		next[b]++
+	}
+	// Rows sorted by column: the products then do not depend on the
+	// layout of the table.
+	type entry struct {
+		c int32
+		v float64
+	}
+	var row []entry
+	for a := range n {
+		lo, hi := pb.ptr[a], pb.ptr[a+1]
+		row = row[:0]
+		for k := lo; k < hi; k++ {
+			row = append(row, entry{pb.col[k], pb.val[k]})
+		}
+		slices.SortFunc(row, func(x, y entry) int { return cmp.Compare(x.c, y.c) })
+		for k, e := range row {
+			pb.col[lo+k], pb.val[lo+k] = e.c, e.v
+		}
+	}
+	pb.sumDegrees()
+
+	switch weighting {
+	case WeightCounts:
+		// V = c/N and L = (diag(C·1) − C)/M, in stored units.
+		var inv float64
+		if ws.w != 0 {
+			inv = 1 / ws.w
+		}
+		for a, c := range ws.vd {
+			if keep[a] {
+				pb.v[a] = c * inv
+			}
+		}
+		if ws.wp != 0 {
+			pb.scal = 1 / ws.wp
+		}
+	default:
+		t := 0.0
+		for _, d := range pb.deg {
+			t += d
+		}
+		for a := range n {
+			for k := pb.ptr[a]; k < pb.ptr[a+1]; k++ {
+				pb.val[k] = max(0, math.Log(pb.val[k]*t/(pb.deg[a]*pb.deg[pb.col[k]])))
+			}
+		}
+		pb.sumDegrees()
+		tw := 0.0
+		for _, d := range pb.deg {
+			tw += d
+		}
+		if tw > 0 {
+			pb.scal = 1 / tw
+			for a, d := range pb.deg {
+				pb.v[a] = d / tw
+			}
+		}
+	}
+	return pb
+}
+
+// sumDegrees sets deg to the row sums of W.
+func (pb *wordPencil) sumDegrees() {
+	for a := range pb.deg {
+		d := 0.0
+		for _, x := range pb.val[pb.ptr[a]:pb.ptr[a+1]] {
+			d += x
+		}
+		pb.deg[a] = d
+	}
+}
+
+func (pb *wordPencil) Size() int                     { return len(pb.v) }
+func (pb *wordPencil) DiagonalV() bool               { return true }
+func (pb *wordPencil) DiagV(dst []float64) []float64 { return normalised(dst, pb.v, 1) }
+
+func (pb *wordPencil) MulV(dst *mat.Dense, x mat.Matrix) {
+	xr, dr := pencilShapes(len(pb.v), dst, x)
+	for a, f := range pb.v {
+		for j := range xr.Cols {
+			dr.Data[a*dr.Stride+j] = f * xr.Data[a*xr.Stride+j]
+		}
+	}
+}
+
+// MulL writes (L x)_a = scal·(deg_a x_a − Σ_b W_ab x_b).
+func (pb *wordPencil) MulL(dst *mat.Dense, x mat.Matrix) {
+	xr, dr := pencilShapes(len(pb.v), dst, x)
+	c := xr.Cols
+	for a := range pb.v {
+		da := dr.Data[a*dr.Stride : a*dr.Stride+c]
+		xa := xr.Data[a*xr.Stride : a*xr.Stride+c]
+		lo, hi := pb.ptr[a], pb.ptr[a+1]
+		if c == 1 {
+			s := 0.0
+			for k := lo; k < hi; k++ {
+				s += pb.val[k] * xr.Data[int(pb.col[k])*xr.Stride]
+			}
+			da[0] = pb.scal * (pb.deg[a]*xa[0] - s)
+			continue
+		}
+		for j := range da {
+			da[j] = pb.deg[a] * xa[j]
+		}
+		for k := lo; k < hi; k++ {
+			f := pb.val[k]
+			xb := xr.Data[int(pb.col[k])*xr.Stride:]
+			for j := range da {
+				da[j] -= f * xb[j]
+			}
+		}
+		for j := range da {
+			da[j] *= pb.scal
+		}
+	}
+}
+
+// pencilShapes checks x (n×c) and dst (the same, or empty: then sized)
+// and returns their raw matrices.
+func pencilShapes(n int, dst *mat.Dense, x mat.Matrix) (xr, dr blas64.General) {
+	r, c := x.Dims()
+	if r != n {
+		panic(mat.ErrShape)
+	}
+	if dst.IsEmpty() {
+		dst.ReuseAs(r, c)
+	} else if dr, dc := dst.Dims(); dr != r || dc != c {
+		panic(mat.ErrShape)
+	}
+	return denseOf(x).RawMatrix(), dst.RawMatrix()
+}
+
+// Neighbour is a word of a neighbour list and its cosine similarity to
+// the query.
+type Neighbour struct {
+	ID     int
+	Cosine float64
+}
+
+// WordVectors holds word embeddings normalised for cosine queries. It is
+// immutable: its methods may run concurrently.
+type WordVectors struct {
+	unit *mat.Dense // words×dim, unit rows; zero rows for unused slots
+	used []bool
+}
+
+// NewWordVectors returns the word vectors of the columns of p (dim×words,
+// as written by WordStats.Embed): column a, scaled to unit length, is the
+// vector of slot a; zero columns are unused slots, never returned as
+// neighbours.
+func NewWordVectors(p mat.Matrix) *WordVectors {
+	dim, n := p.Dims()
+	wv := &WordVectors{unit: mat.NewDense(n, dim, nil), used: make([]bool, n)}
+	wv.unit.Copy(p.T())
+	for a := range n {
+		row := wv.unit.RawRowView(a)
+		s := 0.0
+		for _, x := range row {
+			s += x * x
+		}
+		if s > 0 {
+			wv.used[a] = true
+			f := 1 / math.Sqrt(s)
+			for j := range row {
+				row[j] *= f
+			}
+		}
+	}
+	return wv
+}
+
+// Len returns the number of slots.
+func (wv *WordVectors) Len() int { return len(wv.used) }
+
+// Used reports whether slot id has a vector.
+func (wv *WordVectors) Used(id int) bool { return wv.used[id] }
+
+// Vector returns a copy of the unit vector of slot id (zero if unused).
+func (wv *WordVectors) Vector(id int) []float64 { return slices.Clone(wv.unit.RawRowView(id)) }
+
+// Neighbours returns in dst (reused if it has the capacity) the k words
+// nearest to each query word by cosine similarity, most similar first
+// (ties by smaller id), the query itself and unused slots excluded:
+// dst[i] is the list of ids[i], empty if that slot is unused. All
+// similarities of the batch come from one product of the query vectors
+// with the vector matrix. It panics if an id is out of range or k < 1.
+func (wv *WordVectors) Neighbours(dst [][]Neighbour, ids []int, k int) [][]Neighbour {
+	if k < 1 {
+		panic(fmt.Sprintf("sgd: %d neighbours", k))
+	}
+	n, dim := wv.unit.Dims()
+	for _, id := range ids {
+		if id < 0 || id >= n {
+			panic(fmt.Sprintf("sgd: word slot %d out of range [0, %d)", id, n))
+		}
+	}
+	dst = grow(dst, len(ids))
+	if len(ids) == 0 {
+		return dst
+	}
+	q := mat.NewDense(len(ids), dim, nil)
+	for i, id := range ids {
+		q.SetRow(i, wv.unit.RawRowView(id))
+	}
+	var sims mat.Dense
+	sims.Mul(q, wv.unit.T())
+	var h neighbourHeap
+	for i, id := range ids {
+		h = h[:0]
+		if wv.used[id] {
+			for b, c := range sims.RawRowView(i) {
+				if b == id || !wv.used[b] {
+					continue
+				}
+				nb := Neighbour{ID: b, Cosine: c}
+				if len(h) < k {
+					heap.Push(&h, nb)
+				} else if worse(h[0], nb) {
+					h[0] = nb
+					heap.Fix(&h, 0)
+				}
+			}
+		}
+		out := dst[i][:0]
+		out = append(out, h...)
+		slices.SortFunc(out, func(x, y Neighbour) int {
+			if worse(x, y) {
+				return 1
+			}
+			if worse(y, x) {
+				return -1
+			}
+			return 0
+		})
+		dst[i] = out
+	}
+	return dst
+}
+
+// worse reports whether x ranks after y: lower cosine, or equal cosine
+// and larger id.
+func worse(x, y Neighbour) bool {
+	return x.Cosine < y.Cosine || x.Cosine == y.Cosine && x.ID > y.ID
+}
+
+// neighbourHeap is a heap whose root is the worst neighbour kept.
+type neighbourHeap []Neighbour
+
+func (h neighbourHeap) Len() int           { return len(h) }
+func (h neighbourHeap) Less(i, j int) bool { return worse(h[i], h[j]) }
+func (h neighbourHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *neighbourHeap) Push(x any)        { *h = append(*h, x.(Neighbour)) }
+func (h *neighbourHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
