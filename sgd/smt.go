@@ -333,42 +333,6 @@ func (m *SMT) StepSequencesVQ(st *Stats, codes []int, lengths []int) error {
 	return m.stepGrid(st)
 }
 
-// StepTemporalVQ takes one SGD step with the second-order temporal term
-// of one frame, the codes laid out as for Stats.AddTemporalVQ.
-func (m *SMT) StepTemporalVQ(st *Stats, prev, cur, next []int) error {
-	m.checkStats(st)
-	n := len(cur)
-	if len(prev) != n || len(next) != n {
-		panic(mat.ErrShape)
-	}
-	m.cat = append(append(append(m.cat[:0], prev...), cur...), next...)
-	m.c.fromVQ(m.cat, m.s.K, m.s.Blank)
-	m.startGradient()
-	pr, gr := m.pt.RawMatrix(), m.gt.RawMatrix()
-	dim := m.s.Dim
-	m.diff = grow(m.diff, dim)
-	var cols int64
-	for p := 0; p < n; p++ {
-		if m.c.empty(p) || m.c.empty(n+p) || m.c.empty(2*n+p) {
-			continue
-		}
-		m.u.reset()
-		m.u.addRow(m.c.row(n+p), 1, &m.tmp)
-		m.u.addRow(m.c.row(p), -0.5, &m.tmp)
-		m.u.addRow(m.c.row(2*n+p), -0.5, &m.tmp)
-		// (P·u)uᵀ: β_u = Σ u_k p_k added, times u_k, to each row u_k.
-		clear(m.diff)
-		for k, a := range m.u.idx {
-			axpy(m.diff, m.u.val[k], pr.Data[a*pr.Stride:a*pr.Stride+dim])
-		}
-		for k, a := range m.u.idx {
-			axpy(gr.Data[a*gr.Stride:a*gr.Stride+dim], m.u.val[k], m.diff)
-		}
-		cols++
-	}
-	return m.finishStep(st, cols)
-}
-
 func axpy(dst []float64, a float64, x []float64) {
 	for i, v := range x {
 		dst[i] += a * v

@@ -393,56 +393,6 @@ func (st *Stats) AddSequencesVQ(codes []int, lengths []int) {
 	st.addGrid(st.seg)
 }
 
-// AddTemporalVQ adds the second-order temporal term of one frame of a
-// video stream (sparse-manifold-transform, eq. 7-8): prev, cur and next
-// hold the f_vq codes of the same patch positions in frames t−1, t and
-// t+1, and each position p adds the column
-//
-//	A·d = α_t,p − ½α_{t−1,p} − ½α_{t+1,p}
-//
-// to L, and α_t,p to V. With BlankSkip a position where any of the three
-// codes is blank adds nothing to L. The caller keeps the codes of the
-// last two frames of each stream and calls this once per frame that has
-// both neighbours.
-//
-// It panics with mat.ErrShape if the three slices differ in length.
-func (st *Stats) AddTemporalVQ(prev, cur, next []int) {
-	n := len(cur)
-	if len(prev) != n || len(next) != n {
-		panic(mat.ErrShape)
-	}
-	st.cat = append(append(append(st.cat[:0], prev...), cur...), next...)
-	st.c.fromVQ(st.cat, st.s.K, st.s.Blank)
-	counted := 0
-	for p := 0; p < n; p++ {
-		if !st.c.empty(n + p) {
-			counted++
-		}
-	}
-	if counted == 0 {
-		return
-	}
-	st.forget(counted)
-	inv := 1 / st.g
-	for p := 0; p < n; p++ {
-		st.addV(n+p, inv)
-	}
-	if !st.s.VOnly {
-		for p := 0; p < n; p++ {
-			if st.c.empty(p) || st.c.empty(n+p) || st.c.empty(2*n+p) {
-				continue
-			}
-			st.u.reset()
-			st.u.addRow(st.c.row(n+p), 1, &st.tmp)
-			st.u.addRow(st.c.row(p), -0.5, &st.tmp)
-			st.u.addRow(st.c.row(2*n+p), -0.5, &st.tmp)
-			st.addOuter(&st.u, inv)
-			st.bp++
-		}
-	}
-	st.commit(counted, inv)
-}
-
 // commit adds the weights of a minibatch of counted rows and st.bp
 // columns of D.
 func (st *Stats) commit(counted int, inv float64) {
