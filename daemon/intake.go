@@ -23,16 +23,40 @@ type inMsg struct {
 // intake cuts a pipeline's input into minibatches.
 type intake interface {
 	// next returns up to max messages: as soon as max have arrived, or
-	// what arrived within wait. With wait 0 it blocks until exactly max
-	// have arrived or ctx is done (deterministic mode); then a partial
-	// batch is returned with ctx's error.
+	// what arrived within wait. With wait 0 (deterministic mode) it
+	// returns exactly max messages or none: it waits at most a second and
+	// keeps a partial batch for the next call, so that the caller serves
+	// its requests while the stream is idle, and batch boundaries never
+	// depend on timing.
 	next(ctx context.Context, max int, wait time.Duration) ([]inMsg, error)
 	stop()
+}
+
+// wholeWait is how long next waits in deterministic mode before it
+// returns no batch.
+const wholeWait = time.Second
+
+// pending holds messages read but not yet returned by next.
+type pending struct{ msgs []inMsg }
+
+// take returns up to max pending messages; with whole, exactly max or
+// none.
+func (p *pending) take(max int, whole bool) []inMsg {
+	if len(p.msgs) == 0 || (whole && len(p.msgs) < max) {
+		return nil
+	}
+	n := min(max, len(p.msgs))
+	out := p.msgs[:n:n]
+	if p.msgs = p.msgs[n:]; len(p.msgs) == 0 {
+		p.msgs = nil
+	}
+	return out
 }
 
 // jsIntake reads a JetStream stream through a durable pull consumer.
 type jsIntake struct {
 	cons jetstream.Consumer
+	pending
 }
 
 // consumerName is the durable consumer of a pipeline.
@@ -88,36 +112,29 @@ func newJSIntake(ctx context.Context, js jetstream.JetStream, cfg *config.Config
 }
 
 func (in *jsIntake) next(ctx context.Context, max int, wait time.Duration) ([]inMsg, error) {
-	var out []inMsg
-	for len(out) < max {
-		w := wait
-		if wait == 0 {
-			w = time.Second
-		}
-		// Fetch waits at most w; ctx is checked between fetches, so
-		// shutdown waits for at most one fetch.
-		b, err := in.cons.Fetch(max-len(out), jetstream.FetchMaxWait(w))
+	whole := wait == 0
+	if whole {
+		wait = wholeWait
+	}
+	if len(in.msgs) < max {
+		// Fetch waits at most wait; ctx is checked after it, so shutdown
+		// waits for at most one fetch.
+		b, err := in.cons.Fetch(max-len(in.msgs), jetstream.FetchMaxWait(wait))
 		if err != nil {
-			return out, err
+			return in.take(max, whole), err
 		}
 		for m := range b.Messages() {
 			md, err := m.Metadata()
 			if err != nil {
 				continue // not a JetStream message; cannot happen on a pull consumer
 			}
-			out = append(out, inMsg{header: m.Headers(), data: m.Data(), seq: md.Sequence.Stream, ack: m.Ack})
+			in.msgs = append(in.msgs, inMsg{header: m.Headers(), data: m.Data(), seq: md.Sequence.Stream, ack: m.Ack})
 		}
 		if err := b.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
-			return out, err
-		}
-		if err := ctx.Err(); err != nil {
-			return out, err
-		}
-		if wait > 0 {
-			break
+			return in.take(max, whole), err
 		}
 	}
-	return out, nil
+	return in.take(max, whole), ctx.Err()
 }
 
 func (in *jsIntake) stop() {}
@@ -129,6 +146,7 @@ type coreIntake struct {
 	ch   chan *nats.Msg
 	done chan struct{}
 	seq  uint64
+	pending
 }
 
 // newCoreIntake subscribes to the pipeline's subject; arrival counts
@@ -156,25 +174,24 @@ func newCoreIntake(nc *nats.Conn, p *config.Pipeline, lastSeq uint64) (*coreInta
 }
 
 func (in *coreIntake) next(ctx context.Context, max int, wait time.Duration) ([]inMsg, error) {
-	var out []inMsg
-	var timeout <-chan time.Time
-	if wait > 0 {
-		t := time.NewTimer(wait)
-		defer t.Stop()
-		timeout = t.C
+	whole := wait == 0
+	if whole {
+		wait = wholeWait
 	}
-	for len(out) < max {
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for len(in.msgs) < max {
 		select {
 		case m := <-in.ch:
 			in.seq++
-			out = append(out, inMsg{header: m.Header, data: m.Data, seq: in.seq})
-		case <-timeout:
-			return out, nil
+			in.msgs = append(in.msgs, inMsg{header: m.Header, data: m.Data, seq: in.seq})
+		case <-t.C:
+			return in.take(max, whole), nil
 		case <-ctx.Done():
-			return out, ctx.Err()
+			return in.take(max, whole), ctx.Err()
 		}
 	}
-	return out, nil
+	return in.take(max, whole), nil
 }
 
 func (in *coreIntake) stop() {
