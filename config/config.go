@@ -127,18 +127,68 @@ type Pipeline struct {
 	// Video configures the frame streams of video pipelines.
 	Video VideoSettings `yaml:"video"`
 	// Learner is what image and video pipelines learn: smt (default:
-	// patches, whitening, k-means codes and the sparse manifold transform)
-	// or ksm (a kernel similarity matching network on the whole image).
+	// patches, whitening, k-means codes and the sparse manifold transform),
+	// ksm (a kernel similarity matching network on the whole image) or
+	// admm (a dictionary learned by ADMM, sparse codes of the whole image).
 	Learner string `yaml:"learner"`
 	// KSM configures the kernel similarity matching network of learner ksm.
 	KSM KSM `yaml:"ksm"`
+	// ADMM configures the dictionary learner of learner admm.
+	ADMM ADMM `yaml:"admm"`
 }
 
 // Learners of image and video pipelines.
 const (
 	LearnerSMT = "smt" // patches → whitening → k-means codes → SMT embedding
-	LearnerKSM = "ksm" // whole image → Hebbian/anti-Hebbian KSM network
+	LearnerKSM  = "ksm"  // whole image → Hebbian/anti-Hebbian KSM network
+	LearnerADMM = "admm" // whole image → ADMM sparse codes of a learned dictionary
 )
+
+// Priors of the ADMM codes.
+const (
+	PriorSparse  = "sparse"  // ℓ₁-penalised codes (R₁): sparse dictionary learning
+	PriorSimplex = "simplex" // codes on the probability simplex (R₂): manifold approximation
+)
+
+// ADMM configures dictionary learning by kernel matching
+// (dictionary-learning-kernel-matching-admm, sections 2-4; package sgd's
+// ADMM): per minibatch, Z-steps (proximal or projected gradient), P-, M-
+// and W-steps, the rows of W normalised; the codes z of each input are
+// its output, and the implicit dictionary A = (1/T) X Zᵀ H⁻¹ is kept from
+// running sums. Images are flattened after Crop, as for ksm.
+type ADMM struct {
+	// Atoms is K, the number of atoms and the length of the codes.
+	// Default 256.
+	Atoms int `yaml:"atoms"`
+	// Prior is sparse (default, R₁) or simplex (R₂).
+	Prior string `yaml:"prior"`
+	// Schedule is the order of the steps, 1, 2 or 3 (section 4.1).
+	// Default 1.
+	Schedule int `yaml:"schedule" live:"true"`
+	// Lambda is λ, the weight of ‖z‖₁ (sparse prior). Default 0.1.
+	Lambda float64 `yaml:"lambda" live:"true"`
+	// Omega is ω of eqs. 2 and 4. Default 0.0001.
+	Omega float64 `yaml:"omega" live:"true"`
+	// Rho is ρ of the augmented Lagrangian (eq. 8). Default 0.5.
+	Rho float64 `yaml:"rho" live:"true"`
+	// LearningRate is η_W of the W-step (eq. 11). Default 0.01.
+	LearningRate float64 `yaml:"learning_rate" live:"true"`
+	// Iterations is the number of gradient updates of each Z-step.
+	// Default 15.
+	Iterations int `yaml:"iterations" live:"true"`
+	// Passes is the number of ADMM iterations per minibatch. Default 1.
+	Passes int `yaml:"passes" live:"true"`
+	// Memory is the number of samples the running sums behind the
+	// dictionary and R² average over (.inf: never forget). Default 10000.
+	Memory float64 `yaml:"memory" live:"true"`
+	// Crop removes this many pixels from each border first. Default 0.
+	Crop int `yaml:"crop"`
+}
+
+// ADMMInputs returns the input dimension of the ADMM learner of p.
+func (p *Pipeline) ADMMInputs() int {
+	return (p.Image.Width - 2*p.ADMM.Crop) * (p.Image.Height - 2*p.ADMM.Crop) * p.Image.Channels
+}
 
 // Kernels of the KSM network.
 const (

@@ -83,6 +83,10 @@ func DefaultPipeline(m Modality, name string) Pipeline {
 		},
 		Video:   VideoSettings{MaxStreams: 1024, Reorder: 2},
 		Learner: LearnerSMT,
+		ADMM: ADMM{
+			Atoms: 256, Prior: PriorSparse, Schedule: 1, Lambda: 0.1, Omega: 1e-4, Rho: 0.5,
+			LearningRate: 0.01, Iterations: 15, Passes: 1, Memory: 10000,
+		},
 		KSM: KSM{
 			Neurons: 64, Kernel: KernelGaussian, Sigma: 1, Alpha: 3, Degree: 2, Gamma: 1,
 			Lambda: 0.001, EtaW: 0.01, EtaQ: 0.01, EtaL: 0.1,

@@ -137,9 +137,13 @@ func (c *Config) validatePipeline(v *validator, p *Pipeline, path string) {
 		v.check(p.Video.Reorder >= 0 && p.Video.Reorder <= 64, f("video.reorder"), "must be in 0..64, got %d", p.Video.Reorder)
 		v.check(p.SMT.Dim == 0 || p.KMeans.Code == CodeVQ, f("kmeans.code"), "video SMT needs vq codes, got %q", p.KMeans.Code)
 	}
-	v.check(oneOf(p.Learner, LearnerSMT, LearnerKSM), f("learner"), "must be smt or ksm, got %q", p.Learner)
-	if p.Learner == LearnerKSM {
+	v.check(oneOf(p.Learner, LearnerSMT, LearnerKSM, LearnerADMM), f("learner"), "must be smt, ksm or admm, got %q", p.Learner)
+	switch p.Learner {
+	case LearnerKSM:
 		validateKSM(v, p, f)
+		return
+	case LearnerADMM:
+		validateADMM(v, p, f)
 		return
 	}
 	pt := p.Patches
@@ -200,6 +204,21 @@ func validateKSM(v *validator, p *Pipeline, f func(string) string) {
 	v.check(k.MaxAnneals >= 0, f("ksm.max_anneals"), "must be >= 0, got %d", k.MaxAnneals)
 	v.check(k.InitScale > 0, f("ksm.init_scale"), "must be > 0, got %g", k.InitScale)
 	v.check(k.Crop >= 0 && 2*k.Crop < p.Image.Width && 2*k.Crop < p.Image.Height, f("ksm.crop"), "must leave pixels of the %dx%d image, got %d", p.Image.Width, p.Image.Height, k.Crop)
+}
+
+func validateADMM(v *validator, p *Pipeline, f func(string) string) {
+	a := p.ADMM
+	v.check(a.Atoms >= 1 && a.Atoms <= 1<<16, f("admm.atoms"), "must be in 1..65536, got %d", a.Atoms)
+	v.check(oneOf(a.Prior, PriorSparse, PriorSimplex), f("admm.prior"), "must be sparse or simplex, got %q", a.Prior)
+	v.check(a.Schedule >= 1 && a.Schedule <= 3, f("admm.schedule"), "must be 1, 2 or 3, got %d", a.Schedule)
+	v.check(a.Lambda > 0, f("admm.lambda"), "must be > 0, got %g", a.Lambda)
+	v.check(a.Omega > 0, f("admm.omega"), "must be > 0, got %g", a.Omega)
+	v.check(a.Rho > 0, f("admm.rho"), "must be > 0, got %g", a.Rho)
+	v.check(a.LearningRate > 0, f("admm.learning_rate"), "must be > 0, got %g", a.LearningRate)
+	v.check(a.Iterations >= 1, f("admm.iterations"), "must be >= 1, got %d", a.Iterations)
+	v.check(a.Passes >= 1, f("admm.passes"), "must be >= 1, got %d", a.Passes)
+	v.check(a.Memory > 0, f("admm.memory"), "must be > 0 (.inf never forgets), got %g", a.Memory)
+	v.check(a.Crop >= 0 && 2*a.Crop < p.Image.Width && 2*a.Crop < p.Image.Height, f("admm.crop"), "must leave pixels of the %dx%d image, got %d", p.Image.Width, p.Image.Height, a.Crop)
 }
 
 func validListen(s string) bool {

@@ -64,52 +64,21 @@ func ksmSettings(p *config.Pipeline) hebbian.Settings {
 	return s
 }
 
-// inputs writes the cropped pixels of each sample as a row of m.x.
-func (m *ksmModel) inputs(batch []sample) *mat.Dense {
-	w, h, ch, c := m.shape.Width, m.shape.Height, m.shape.Channels, m.crop
-	cols := (w - 2*c) * ch
-	resize(&m.x, len(batch), m.net.Dim())
-	raw := m.x.RawMatrix()
-	for i, s := range batch {
-		row := raw.Data[i*raw.Stride : i*raw.Stride+raw.Cols]
-		for r := c; r < h-c; r++ {
-			off := (r*w + c) * ch
-			copy(row[(r-c)*cols:(r-c+1)*cols], s.pixels[off:off+cols])
-		}
-	}
-	return &m.x
-}
-
-// outputs returns the rows of m.y as the outputs of batch.
-func (m *ksmModel) outputs(batch []sample) []output {
-	out := make([]output, len(batch))
-	n := m.net.Neurons()
-	raw := m.y.RawMatrix()
-	for i, s := range batch {
-		v := make([]float32, n)
-		for j, y := range raw.Data[i*raw.Stride : i*raw.Stride+n] {
-			v[j] = float32(y)
-		}
-		out[i] = output{vector: v, source: s}
-	}
-	return out
-}
-
 func (m *ksmModel) encode(batch []sample) []output {
-	m.net.Transform(&m.y, m.inputs(batch))
-	return m.outputs(batch)
+	m.net.Transform(&m.y, flatten(&m.x, batch, m.shape, m.crop))
+	return rowOutputs(&m.y, batch)
 }
 
 // learn takes one step on the minibatch and returns the responses the
 // step learned from; a refused step leaves the network as it was and the
 // outputs are its responses.
 func (m *ksmModel) learn(batch []sample) ([]output, error) {
-	x := m.inputs(batch)
+	x := flatten(&m.x, batch, m.shape, m.crop)
 	if err := m.net.Step(&m.y, x); err != nil {
 		m.net.Transform(&m.y, x)
-		return m.outputs(batch), fmt.Errorf("ksm: %w", err)
+		return rowOutputs(&m.y, batch), fmt.Errorf("ksm: %w", err)
 	}
-	return m.outputs(batch), nil
+	return rowOutputs(&m.y, batch), nil
 }
 
 func (m *ksmModel) flush() error { return nil }

@@ -54,8 +54,11 @@ func newModel(p *config.Pipeline, src rand.Source) model {
 	if p.Modality == config.Text {
 		return newTextModel(p, src)
 	}
-	if p.Learner == config.LearnerKSM {
+	switch p.Learner {
+	case config.LearnerKSM:
 		return newKSMModel(p, src)
+	case config.LearnerADMM:
+		return newADMMModel(p, src)
 	}
 	return newImageModel(p, src)
 }

@@ -155,6 +155,12 @@ func shapeChanges(a, b *config.Pipeline) []string {
 	}
 	add("image", a.Image, b.Image)
 	add("learner", a.Learner, b.Learner)
+	if b.Learner == config.LearnerADMM {
+		add("admm.atoms", a.ADMM.Atoms, b.ADMM.Atoms)
+		add("admm.prior", a.ADMM.Prior, b.ADMM.Prior)
+		add("admm.crop", a.ADMM.Crop, b.ADMM.Crop)
+		return out
+	}
 	if b.Learner == config.LearnerKSM {
 		k, l := a.KSM, b.KSM
 		add("ksm.neurons", k.Neurons, l.Neurons)
@@ -383,6 +389,11 @@ func (pl *pipeline) checkpoint(ctx context.Context) (*checkpointInfo, error) {
 	}
 	pl.publishSnapshot() // queries see what the checkpoint holds
 	pl.publishVocabulary()
+	if a, ok := pl.model.(*admmModel); ok {
+		if err := pl.d.nc.PublishMsg(a.atomsMsg(pl.cfg.Output.Subject+".atoms", pl.version)); err != nil {
+			pl.log.Warn().Err(err).Msg("publishing the dictionary atoms")
+		}
+	}
 	secs, err := pl.model.sections()
 	if err != nil {
 		return nil, err

@@ -16,14 +16,18 @@ var benchmarks = map[string]struct {
 	run  func(ctx context.Context, w io.Writer, args []string) error
 	help string
 }{
-	"disc":      {bench.Disc, "temporal SMT on the unit disc (sparse-manifold-transform section 2): landmark coordinates and Zernike polynomials in the embedding rows"},
-	"video":     {bench.Video, "temporal SMT on natural video panned over photos: straightening ratio on held-out clips vs sparse codes and PCA"},
-	"kmeans":    {bench.KMeans, "online spherical k-means: learning and assignment patches/s on whitened 6x6 MNIST patches, next to gonum dgemm GFLOP/s"},
-	"mnist":     {bench.MNIST, "SMT on MNIST streamed through the daemon: soft-KNN top-1 of its embeddings, time and throughput per stage"},
-	"moons":     {bench.Moons, "kernel similarity matching on half moons: normalised kernel error for n = 2..64 next to KPCA and Nyström"},
-	"ksm-mnist": {bench.KSMMNIST, "kernel similarity matching on 20x20 MNIST: linear-classifier accuracy on the responses vs raw pixels, sparsity, receptive fields"},
-	"memory":    {bench.Memory, "resident memory at 10% and 100% of a long MNIST replay through the daemon (default one million patches)"},
-	"words":     {bench.Words, "SMT word embeddings on the Brown corpus, in the library and through a daemon: nearest neighbours of chosen words, tokens/s, time to embeddings"},
+	"admm-synthetic": {bench.ADMMSynthetic, "ADMM dictionary learning on a synthetic sparse dictionary: R², atom recovery, convergence of the three schedules"},
+	"admm-mnist":     {bench.ADMMMNIST, "ADMM dictionary learning on MNIST digits 0,3,4,6,7: R² after 8000 iterations, atoms as a PNG grid"},
+	"admm-moons":     {bench.ADMMMoons, "ADMM on the simplex (R₂) on half moons: histogram of ‖z‖₀, reconstruction error"},
+	"admm-patches":   {bench.ADMMPatches, "ADMM dictionary learning on 16x16 natural image patches: R², atoms as a PNG grid"},
+	"disc":           {bench.Disc, "temporal SMT on the unit disc (sparse-manifold-transform section 2): landmark coordinates and Zernike polynomials in the embedding rows"},
+	"video":          {bench.Video, "temporal SMT on natural video panned over photos: straightening ratio on held-out clips vs sparse codes and PCA"},
+	"kmeans":         {bench.KMeans, "online spherical k-means: learning and assignment patches/s on whitened 6x6 MNIST patches, next to gonum dgemm GFLOP/s"},
+	"mnist":          {bench.MNIST, "SMT on MNIST streamed through the daemon: soft-KNN top-1 of its embeddings, time and throughput per stage"},
+	"moons":          {bench.Moons, "kernel similarity matching on half moons: normalised kernel error for n = 2..64 next to KPCA and Nyström"},
+	"ksm-mnist":      {bench.KSMMNIST, "kernel similarity matching on 20x20 MNIST: linear-classifier accuracy on the responses vs raw pixels, sparsity, receptive fields"},
+	"memory":         {bench.Memory, "resident memory at 10% and 100% of a long MNIST replay through the daemon (default one million patches)"},
+	"words":          {bench.Words, "SMT word embeddings on the Brown corpus, in the library and through a daemon: nearest neighbours of chosen words, tokens/s, time to embeddings"},
 }
 
 func benchCmd(args []string, stdout, stderr io.Writer) error {
