@@ -183,6 +183,12 @@ type ADMM struct {
 	Memory float64 `yaml:"memory" live:"true"`
 	// Crop removes this many pixels from each border first. Default 0.
 	Crop int `yaml:"crop"`
+	// WarmStart is the warm start of section 4.1: the first WarmStart
+	// samples train an online spherical k-means dictionary of Atoms atoms
+	// (k-means++ seeded), and ADMM starts from its atoms; until then the
+	// outputs are the codes of the initial random W. Default 0: no warm
+	// start.
+	WarmStart int64 `yaml:"warm_start"`
 }
 
 // ADMMInputs returns the input dimension of the ADMM learner of p.

@@ -218,6 +218,7 @@ func validateADMM(v *validator, p *Pipeline, f func(string) string) {
 	v.check(a.Iterations >= 1, f("admm.iterations"), "must be >= 1, got %d", a.Iterations)
 	v.check(a.Passes >= 1, f("admm.passes"), "must be >= 1, got %d", a.Passes)
 	v.check(a.Memory > 0, f("admm.memory"), "must be > 0 (.inf never forgets), got %g", a.Memory)
+	v.check(a.WarmStart >= 0, f("admm.warm_start"), "must be >= 0, got %d", a.WarmStart)
 	v.check(a.Crop >= 0 && 2*a.Crop < p.Image.Width && 2*a.Crop < p.Image.Height, f("admm.crop"), "must leave pixels of the %dx%d image, got %d", p.Image.Width, p.Image.Height, a.Crop)
 }
 

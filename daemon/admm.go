@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -10,6 +11,8 @@ import (
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/smtd/smtd/config"
+	"github.com/smtd/smtd/internal/state"
+	"github.com/smtd/smtd/online"
 	"github.com/smtd/smtd/sgd"
 )
 
@@ -29,12 +32,22 @@ type admmModel struct {
 	shape config.ImageShape
 	crop  int
 
+	// warm learns the spherical k-means atoms of the warm start while
+	// warmLeft samples remain; nil once ADMM has started from them.
+	warm     *online.KMeans
+	warmLeft int64
+
 	// Workspaces, never shared with snapshots.
 	x, z mat.Dense
 }
 
 func newADMMModel(p *config.Pipeline, src rand.Source) *admmModel {
-	return &admmModel{admm: sgd.NewADMM(admmSettings(p), p.ADMMInputs(), src), shape: p.Image, crop: p.ADMM.Crop}
+	m := &admmModel{admm: sgd.NewADMM(admmSettings(p), p.ADMMInputs(), src), shape: p.Image, crop: p.ADMM.Crop}
+	if p.ADMM.WarmStart > 0 {
+		m.warm = online.NewKMeans(online.KMeansSettings{K: p.ADMM.Atoms, Dim: p.ADMMInputs()}, src)
+		m.warmLeft = p.ADMM.WarmStart
+	}
+	return m
 }
 
 func admmSettings(p *config.Pipeline) sgd.ADMMSettings {
@@ -60,6 +73,16 @@ func (m *admmModel) encode(batch []sample) []output {
 // learns; a refused step leaves the learner as it was.
 func (m *admmModel) learn(batch []sample) ([]output, error) {
 	out := m.encode(batch)
+	if m.warm != nil {
+		m.warm.Learn(&m.x, nil)
+		if m.warmLeft -= int64(len(batch)); m.warmLeft <= 0 {
+			if err := m.admm.WarmStart(m.warm.Atoms()); err != nil {
+				return out, fmt.Errorf("admm: warm start: %w", err)
+			}
+			m.warm = nil
+		}
+		return out, nil
+	}
 	if err := m.admm.Step(&m.x); err != nil {
 		return out, fmt.Errorf("admm: %w", err)
 	}
@@ -80,7 +103,21 @@ func (m *admmModel) tune(p *config.Pipeline) { mustTune(m.admm.SetSettings(admmS
 
 func (m *admmModel) sections() ([]Section, error) {
 	b, err := m.admm.MarshalBinary()
-	return []Section{{Name: "admm", Data: b}}, err
+	if err != nil {
+		return nil, err
+	}
+	secs := []Section{{Name: "admm", Data: b}}
+	if m.warm == nil {
+		return secs, nil
+	}
+	kb, err := m.warm.MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	e := state.NewEncoder(nil)
+	e.I64(m.warmLeft)
+	e.Raw(kb)
+	return append(secs, Section{Name: "admm-warm-start", Data: e.Bytes()}), nil
 }
 
 // restore reads the learner of a checkpoint, keeping the configured
@@ -98,7 +135,21 @@ func (m *admmModel) restore(secs []Section) error {
 	if err := a.SetSettings(m.admm.Settings()); err != nil {
 		return fmt.Errorf("admm: checkpoint does not fit the config: %w", err)
 	}
-	m.admm = a
+	// A checkpoint taken during the warm start carries its k-means.
+	var warm *online.KMeans
+	var left int64
+	if b, err := findSection(secs, "admm-warm-start"); err == nil {
+		if m.warm == nil {
+			return errors.New("admm: checkpoint is warming up, config admm.warm_start is 0")
+		}
+		d := state.NewDecoder(b)
+		left = d.I64()
+		warm = m.warm.Clone()
+		if err := warm.UnmarshalBinary(d.Bytes(d.Len())); d.Bad() || err != nil {
+			return fmt.Errorf("admm warm start: bad state: %v", err)
+		}
+	}
+	m.admm, m.warm, m.warmLeft = a, warm, left
 	return nil
 }
 
@@ -114,6 +165,7 @@ func (m *admmModel) describe() map[string]any {
 		"steps":    m.admm.Steps(),
 		"samples":  m.admm.Samples(),
 		"r2":       m.admm.R2(),
+		"warming":  m.warm != nil,
 	}
 }
 

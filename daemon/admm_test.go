@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -9,17 +10,27 @@ import (
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/smtd/smtd/config"
+	"github.com/smtd/smtd/online"
 	"github.com/smtd/smtd/sgd"
 )
 
 // The ADMM dictionary learned from digits arriving as messages is the
-// library's, bit for bit, across a restart: 1000 recorded digits are
+// library's, bit for bit, across a restart, with and without a k-means
+// warm start: 1000 recorded digits are
 // replayed twice into one daemon, which is shut down, then once more into
 // a new daemon on the same data directory; the embed endpoint's codes
 // equal those of an sgd.ADMM stepped on the same minibatches in memory,
 // the running R² is the library's, and a checkpoint publishes the atoms
 // (the request is served while the deterministic pipeline is idle).
 func TestADMMLearnsStreamedDigitsExactly(t *testing.T) {
+	for _, warm := range []int64{0, 2500} {
+		t.Run(fmt.Sprintf("warm_start=%d", warm), func(t *testing.T) { testADMMStream(t, warm) })
+	}
+}
+
+// testADMMStream runs the test with a warm start of warm samples: with
+// 2500 the restart (after 2000) falls in the warm start.
+func testADMMStream(t *testing.T, warm int64) {
 	msgs := readStream(t, "mnist-train-1000.smtdrec")
 	p := digitsPipeline("digits", "mnist.images", 16)
 	p.Deterministic = true
@@ -28,6 +39,7 @@ func TestADMMLearnsStreamedDigitsExactly(t *testing.T) {
 	p.ADMM.Atoms = 32
 	p.ADMM.Crop = 4
 	p.ADMM.LearningRate = 0.05
+	p.ADMM.WarmStart = warm
 	cfg := testConfig(t, p)
 	replays := func(n int) {
 		d := startDaemon(t, cfg)
@@ -63,10 +75,23 @@ func TestADMMLearnsStreamedDigitsExactly(t *testing.T) {
 		}
 		x.SetRow(i, flatten(&mat.Dense{}, []sample{s}, p.Image, p.ADMM.Crop).RawRowView(0))
 	}
-	a := sgd.NewADMM(admmSettings(&p), 400, rand.NewPCG(p.Seed, 0x736d7464))
+	src := rand.NewPCG(p.Seed, 0x736d7464)
+	a := sgd.NewADMM(admmSettings(&p), 400, src)
+	km := online.NewKMeans(online.KMeansSettings{K: 32, Dim: 400}, src)
+	seen := int64(0)
 	for range 3 {
 		for b := 0; b < len(msgs); b += p.Batch.Size {
-			if err := a.Step(mat.DenseCopyOf(x.Slice(b, b+p.Batch.Size, 0, 400))); err != nil {
+			mb := mat.DenseCopyOf(x.Slice(b, b+p.Batch.Size, 0, 400))
+			if seen < warm {
+				km.Learn(mb, nil)
+				if seen += int64(p.Batch.Size); seen >= warm {
+					if err := a.WarmStart(km.Atoms()); err != nil {
+						t.Fatal(err)
+					}
+				}
+				continue
+			}
+			if err := a.Step(mb); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -84,5 +109,5 @@ func TestADMMLearnsStreamedDigitsExactly(t *testing.T) {
 	if r2 != a.R2() || r2 < 0.3 {
 		t.Errorf("daemon's running R² %v, library's %v (want > 0.3)", r2, a.R2())
 	}
-	t.Logf("R² after 30 minibatches: %.3f", r2)
+	t.Logf("R² after %d minibatches: %.3f", a.Steps(), r2)
 }
