@@ -352,6 +352,7 @@ func ADMMMNIST(ctx context.Context, w io.Writer, args []string) error {
 	kmEpochs := fs.Int("kmeans-epochs", 5, "epochs of online spherical k-means for the warm start")
 	pngPath := fs.String("png", "admm-mnist-atoms.png", "PNG `file` for the first atoms (empty: none)")
 	pngN := fs.Int("png-n", 100, "atoms drawn")
+	throughDaemon := fs.Bool("daemon", false, "also stream the same recipe (warm start, then -iters minibatches) through JetStream into a daemon's admm pipeline and measure R² from its published atoms and the codes of its embed endpoint")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -401,7 +402,20 @@ func ADMMMNIST(ctx context.Context, w io.Writer, args []string) error {
 	fmt.Fprintf(w, "admm_mnist_images: %d\n", len(rows))
 	fmt.Fprintf(w, "admm_mnist_k: %d\n", f.k)
 	fmt.Fprintf(w, "admm_mnist_iterations: %d\n", f.iters)
-	return admmRealData(ctx, w, "admm_mnist", x, s, f, *kmEpochs, *every, *pngPath, *pngN, train.Cols)
+	if err := admmRealData(ctx, w, "admm_mnist", x, s, f, *kmEpochs, *every, *pngPath, *pngN, train.Cols); err != nil {
+		return err
+	}
+	if !*throughDaemon {
+		return nil
+	}
+	r2, took, err := admmThroughDaemon(ctx, x, train.Cols, s, f.batch, f.iters, *kmEpochs, f.seed, os.Stderr)
+	if err != nil {
+		return fmt.Errorf("bench admm-mnist: through the daemon: %w", err)
+	}
+	fmt.Fprintf(w, "admm_mnist_daemon_r2: %.4f\n", r2)
+	fmt.Fprintf(w, "admm_mnist_daemon_seconds: %.1f\n", took.Seconds())
+	fmt.Fprintf(w, "admm_mnist_daemon_images_per_s: %.0f\n", float64(*kmEpochs*len(rows)+f.iters*f.batch)/took.Seconds())
+	return nil
 }
 
 // admmRealData warm-starts a sparse learner from spherical k-means,

@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
+	"gonum.org/v1/gonum/mat"
 
 	"github.com/smtd/smtd/config"
 	"github.com/smtd/smtd/dataset"
@@ -323,4 +324,23 @@ func DecodeOutput(h nats.Header, data []byte) (vector []float32, label string, e
 		vector[i] = math.Float32frombits(binary.LittleEndian.Uint32(data[4*i:]))
 	}
 	return vector, label, nil
+}
+
+// DecodeMatrix reads a message holding a float32 matrix, Smtd-Shape
+// "rows,cols" and little-endian values row by row, such as the atoms an
+// admm pipeline publishes on <output subject>.atoms.
+func DecodeMatrix(h nats.Header, data []byte) (*mat.Dense, error) {
+	if dt := header(h, HeaderDtype); dt != "float32" {
+		return nil, fmt.Errorf("smtd: matrix dtype %q, want float32", dt)
+	}
+	rows, cols, ch, err := parseShape(header(h, HeaderShape))
+	if err != nil || ch != 1 || len(data) != 4*rows*cols {
+		return nil, fmt.Errorf("smtd: matrix of %d bytes does not have shape %q", len(data), header(h, HeaderShape))
+	}
+	m := mat.NewDense(rows, cols, nil)
+	raw := m.RawMatrix().Data
+	for i := range raw {
+		raw[i] = float64(math.Float32frombits(binary.LittleEndian.Uint32(data[4*i:])))
+	}
+	return m, nil
 }
