@@ -1,6 +1,8 @@
 // Package sgd learns the embedding of the sparse manifold transform (SMT)
 // online, by stochastic gradient descent, and turns sparse codes into
-// image vectors with it.
+// image vectors with it; it also holds the word co-occurrence statistics
+// of SMT word embeddings (WordStats) and dictionary learning by kernel
+// matching with ADMM (ADMM), whose W-step is minibatch gradient descent.
 //
 // The papers: Chen, Paiton and Olshausen, "The Sparse Manifold Transform"
 // (NeurIPS 2018), called sparse-manifold-transform below, section 3 and
@@ -57,6 +59,35 @@
 // The blank atom never loses and is worth a point with d = 3 and a
 // 3-position context, and 1.3 points with d = 1 and the whole image.
 // (1,000 test digits give a standard error of about 0.5 point.)
+//
+// # Time and text
+//
+// The second-order temporal term of sparse-manifold-transform eq. 8 links
+// the codes of the same patch in frames t−1, t, t+1 of one video:
+// Stats.AddTemporalVQ for 1-hot codes, AddTemporalGQ for weighted codes
+// (the unit disc's interpolation codes; soft-thresholded f_gq), with the
+// matching SMT steps (temporal.go). A linear map of a 1-hot code jumps
+// from atom to atom, so only weighted codes straighten video better than
+// PCA (`smtd bench video`).
+//
+// Words are 1-hot codes over a vocabulary of tens of thousands of slots,
+// too many for Stats' dense K×K triangle: WordStats keeps the
+// co-occurrences of tokens within a window (smt-minimalistic App. B) in a
+// bounded hash table, implements spectral.Pencil, and Embed solves P in
+// closed form; the columns of P are the word embeddings (WordVectors
+// answers nearest-neighbour queries). Pairs are weighted by PPMI by
+// default: with the paper's raw counts the neighbour lists on the Brown
+// corpus are mostly noise (BENCHMARKS.md).
+//
+// # Dictionary learning by kernel matching
+//
+// ADMM implements dictionary-learning-kernel-matching-admm (sections 2-4,
+// appendix 6.3-6.4): sparse codes (R₁, proximal Z-step, eq. 9) or codes on
+// the simplex (R₂, projected Z-step, eq. 13), P-, M- and W-steps in the
+// three schedules of section 4.1, the per-sample variables only for the
+// minibatch in flight, and the implicit dictionary A = (1/T) X Zᵀ H⁻¹
+// from decayed running sums. The ADMM type's comment maps the code to the
+// equations.
 //
 // # Use
 //
