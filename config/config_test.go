@@ -104,9 +104,10 @@ func TestLiveChanges(t *testing.T) {
 	new.Pipelines[2].Batch.Timeout = time.Second
 	new.Pipelines[0].KMeans.Atoms = 512
 	new.Pipelines[1].Input.Subject = "other"
+	new.Pipelines[1].KMeans.Code = CodeGQ // the SMT statistics' layout depends on it
 	live, refused := LiveChanges(old, new)
 	wantLive := []string{"pipelines[0].kmeans.learning_rate", "pipelines[2].batch.timeout"}
-	wantRefused := []string{"pipelines[0].kmeans.atoms", "pipelines[1].input.subject"}
+	wantRefused := []string{"pipelines[0].kmeans.atoms", "pipelines[1].input.subject", "pipelines[1].kmeans.code (with smt.dim > 0)"}
 	if !reflect.DeepEqual(live, wantLive) {
 		t.Errorf("live = %v, want %v", live, wantLive)
 	}

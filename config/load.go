@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -196,6 +197,15 @@ func LiveChanges(old, new *Config) (live, refused []string) {
 		refused = append(refused, "pipelines")
 	}
 	diff(reflect.ValueOf(old).Elem(), reflect.ValueOf(new).Elem(), "", &live, &refused)
+	// kmeans.code is live for the codes published, but the layout of the
+	// SMT statistics depends on it (f_gq codes need a full V).
+	for i := range min(len(old.Pipelines), len(new.Pipelines)) {
+		field := fmt.Sprintf("pipelines[%d].kmeans.code", i)
+		if new.Pipelines[i].SMT.Dim > 0 && slices.Contains(live, field) {
+			live = slices.DeleteFunc(live, func(f string) bool { return f == field })
+			refused = append(refused, field+" (with smt.dim > 0)")
+		}
+	}
 	return live, refused
 }
 
