@@ -358,7 +358,9 @@ type KMeans struct {
 	// over: per-atom counts decay so that the dictionary keeps converging
 	// and follows a drifting stream (.inf: never forget). Default 100.
 	Memory float64 `yaml:"memory" live:"true"`
-	// Code is vq (default) or gq.
+	// Code is vq (default) or gq. Video pipelines weight the f_gq atoms
+	// by cos − Threshold (soft-thresholded cosines), so that a code moves
+	// continuously with its patch from frame to frame.
 	Code string `yaml:"code" live:"true"`
 	// Threshold is t of f_gq. Default 0.3.
 	Threshold float64 `yaml:"threshold" live:"true"`
@@ -411,6 +413,12 @@ type SMT struct {
 	// Drop leaves out this many of the smallest eigenvectors in the
 	// closed form (the first is the constant function). Default 0.
 	Drop int `yaml:"drop"`
+	// NonRedundant chooses the rows of the closed-form P one at a time,
+	// each unpredictable from the rows before it
+	// (non-redundant-spectral-dimensionality-reduction, Alg. 1, on the
+	// atoms weighted by their usage), so that a low dimension carries
+	// more of the manifold. Closed solver, vq codes only. Default false.
+	NonRedundant bool `yaml:"nonredundant"`
 	// PoolKernel and PoolStride pool the patch embeddings of an image
 	// (average pooling, then per-position L2 normalisation). Defaults 4
 	// and 2.

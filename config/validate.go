@@ -135,7 +135,6 @@ func (c *Config) validatePipeline(v *validator, p *Pipeline, path string) {
 	if p.Modality == Video {
 		v.check(p.Video.MaxStreams >= 1 && p.Video.MaxStreams <= 1<<20, f("video.max_streams"), "must be in 1..1048576, got %d", p.Video.MaxStreams)
 		v.check(p.Video.Reorder >= 0 && p.Video.Reorder <= 64, f("video.reorder"), "must be in 0..64, got %d", p.Video.Reorder)
-		v.check(p.SMT.Dim == 0 || p.KMeans.Code == CodeVQ, f("kmeans.code"), "video SMT needs vq codes, got %q", p.KMeans.Code)
 	}
 	v.check(oneOf(p.Learner, LearnerSMT, LearnerKSM, LearnerADMM), f("learner"), "must be smt, ksm or admm, got %q", p.Learner)
 	switch p.Learner {
@@ -174,7 +173,7 @@ func (c *Config) validatePipeline(v *validator, p *Pipeline, path string) {
 	v.check(m.Context >= 0, f("smt.context"), "must be >= 0 (0: whole image), got %d", m.Context)
 	v.check(oneOf(m.Blank, "atom", "skip"), f("smt.blank"), "must be atom or skip, got %q", m.Blank)
 	v.check(oneOf(m.Solver, SolverSGD, SolverClosed), f("smt.solver"), "must be sgd or closed, got %q", m.Solver)
-	v.check(m.Solver != SolverSGD || k.Code == CodeVQ, f("smt.solver"), "sgd needs kmeans.code vq (f_gq codes: use closed)")
+	v.check(m.Solver != SolverSGD || k.Code == CodeVQ || p.Modality == Video, f("smt.solver"), "sgd on images needs kmeans.code vq (f_gq codes: use closed)")
 	v.check(m.LearningRate > 0 && m.LearningRate < 1, f("smt.learning_rate"), "must be in (0, 1), got %g", m.LearningRate)
 	v.check(m.Decay >= 0, f("smt.decay"), "must be >= 0, got %g", m.Decay)
 	v.check(m.Gamma0 > 0, f("smt.gamma0"), "must be > 0, got %g", m.Gamma0)
@@ -182,6 +181,7 @@ func (c *Config) validatePipeline(v *validator, p *Pipeline, path string) {
 	v.check(m.Memory >= 0, f("smt.memory"), "must be >= 0 (0: never forget), got %g", m.Memory)
 	v.check(m.SolveEvery >= 1, f("smt.solve_every"), "must be >= 1, got %d", m.SolveEvery)
 	v.check(m.Drop >= 0 && (m.Drop+m.Dim <= k.Atoms || k.Atoms < 1 || m.Dim > k.Atoms), f("smt.drop"), "must be >= 0 with drop+dim <= kmeans.atoms, got %d", m.Drop)
+	v.check(!m.NonRedundant || (m.Solver == SolverClosed && k.Code == CodeVQ), f("smt.nonredundant"), "needs smt.solver closed and kmeans.code vq")
 	v.check(m.PoolKernel >= 1, f("smt.pool_kernel"), "must be >= 1, got %d", m.PoolKernel)
 	v.check(m.PoolStride >= 1, f("smt.pool_stride"), "must be >= 1, got %d", m.PoolStride)
 }

@@ -43,13 +43,19 @@ type imageModel struct {
 	solver     string
 	solveEvery int
 	drop       int
-	sinceSolve int         // closed solver: batches since the last solve
-	src        rand.Source // the pipeline's, for the Lanczos start vector
+	// nonRedundant chooses the closed-form rows by Alg. 1 of
+	// non-redundant-spectral-dimensionality-reduction.
+	nonRedundant bool
+	sinceSolve   int         // closed solver: batches since the last solve
+	src          rand.Source // the pipeline's, for the Lanczos start vector
 
 	// frames follows the streams of a video pipeline with SMT: its
 	// statistics and steps use the temporal triples of eq. 8 instead of
 	// spatial neighbours. Nil otherwise and in snapshots.
 	frames *frameTracker
+	// video: f_gq codes are softened (see soften) and embedded weighted.
+	video   bool
+	vqCodes online.SparseCodes // f_vq codes as weighted codes, for frames
 	// frameCounts are the tracker's counters in snapshots, for status.
 	frameCounts *frameCounts
 
@@ -70,6 +76,7 @@ func newImageModel(p *config.Pipeline, src rand.Source) *imageModel {
 		panic(err) // validated by config
 	}
 	m := &imageModel{
+		video:   p.Modality == config.Video,
 		patcher: online.Patcher{Grid: g, Mean: mean, Context: p.Patches.Context},
 		white:   online.NewWhitener(g.Dim(), whitenSettings(p)),
 		km:      online.NewKMeans(kmeansSettings(p, g.Dim()), src),
@@ -80,7 +87,7 @@ func newImageModel(p *config.Pipeline, src rand.Source) *imageModel {
 		if err != nil {
 			panic(err) // validated by config
 		}
-		m.solver, m.drop = p.SMT.Solver, p.SMT.Drop
+		m.solver, m.drop, m.nonRedundant = p.SMT.Solver, p.SMT.Drop, p.SMT.NonRedundant
 		m.pool = sgd.PoolSettings{Kernel: p.SMT.PoolKernel, Stride: p.SMT.PoolStride}
 		m.stats = sgd.NewStats(sgd.StatsSettings{
 			K: p.KMeans.Atoms, Blank: blank, Range: p.SMT.Context, Memory: p.SMT.Memory,
@@ -89,7 +96,7 @@ func newImageModel(p *config.Pipeline, src rand.Source) *imageModel {
 		})
 		m.smt = sgd.NewSMT(smtSettings(p, blank), src)
 		if p.Modality == config.Video {
-			m.frames = newFrameTracker(p.Video.MaxStreams, p.Video.Reorder)
+			m.frames = newFrameTracker(p.Video.MaxStreams, p.Video.Reorder, p.KMeans.Atoms)
 		}
 	}
 	m.tune(p)
@@ -179,6 +186,9 @@ func (m *imageModel) learn(batch []sample) ([]output, error) {
 	} else {
 		m.km.Learn(&m.w, m.blank)
 		m.km.CodesGQ(&m.codes, &m.w, m.thresh)
+		if m.video {
+			m.soften()
+		}
 	}
 	if m.smt == nil {
 		return m.pooledCodes(batch), nil
@@ -221,16 +231,39 @@ func (m *imageModel) learnSpatial(batch []sample) error {
 // takes an SGD step on them. A batch that completes no triple changes
 // nothing.
 func (m *imageModel) learnTemporal(batch []sample) error {
-	m.frames.add(batch, m.assign, m.patcher.Grid.Len())
+	codes := &m.codes // f_gq, softened
+	if m.code == config.CodeVQ {
+		codes = &m.vqCodes
+		resetCodes(codes, m.km.Settings().K)
+		for _, a := range m.assign {
+			if a >= 0 {
+				codes.Index = append(codes.Index, a)
+				codes.Cos = append(codes.Cos, 1)
+			}
+			codes.Ptr = append(codes.Ptr, len(codes.Index))
+			codes.Rows++
+		}
+	}
+	m.frames.add(batch, codes, m.patcher.Grid.Len())
 	f := m.frames
-	if len(f.cur) == 0 {
+	if f.cur.Rows == 0 {
 		return nil
 	}
-	m.stats.AddTemporalVQ(f.prev, f.cur, f.next)
+	m.stats.AddTemporalGQ(&f.prev, &f.cur, &f.next)
 	if m.solver != config.SolverSGD {
 		return nil
 	}
-	return m.smt.StepTemporalVQ(m.stats, f.prev, f.cur, f.next)
+	return m.smt.StepTemporalGQ(m.stats, &f.prev, &f.cur, &f.next)
+}
+
+// soften turns the binary f_gq codes of m.codes into the soft-thresholded
+// cosines cos − t of their atoms, the weighted codes of video pipelines:
+// they move continuously with the patch, where a binary or 1-hot code
+// jumps (`smtd bench video`).
+func (m *imageModel) soften() {
+	for i := range m.codes.Cos {
+		m.codes.Cos[i] -= m.thresh
+	}
 }
 
 // solve sets P to the closed-form solution of the statistics so far.
@@ -239,7 +272,14 @@ func (m *imageModel) solve() error {
 	if m.p.IsEmpty() {
 		m.p.ReuseAs(m.smt.Settings().Dim, m.smt.Size())
 	}
-	if _, err := spectral.SolveSMT(&m.p, m.stats, spectral.Settings{Dim: m.smt.Settings().Dim, Drop: m.drop}, m.src); err != nil {
+	s := spectral.Settings{Dim: m.smt.Settings().Dim, Drop: m.drop}
+	var err error
+	if m.nonRedundant {
+		_, err = spectral.SolveSMTNonRedundant(&m.p, m.stats, s, spectral.NonRedundantSettings{}, m.src)
+	} else {
+		_, err = spectral.SolveSMT(&m.p, m.stats, s, m.src)
+	}
+	if err != nil {
 		return fmt.Errorf("smtd: closed-form SMT: %w", err)
 	}
 	return m.smt.SetP(&m.p)
@@ -260,6 +300,9 @@ func (m *imageModel) encode(batch []sample) []output {
 		m.km.Assign(m.assign, nil, &m.w) // blank rows are zero: code −1
 	} else {
 		m.km.CodesGQ(&m.codes, &m.w, m.thresh) // blank rows: empty code
+		if m.video {
+			m.soften()
+		}
 	}
 	if m.smt == nil {
 		return m.pooledCodes(batch)
@@ -271,9 +314,12 @@ func (m *imageModel) encode(batch []sample) []output {
 func (m *imageModel) embedded(batch []sample) []output {
 	g := m.patcher.Grid
 	m.emb.Reset()
-	if m.code == config.CodeVQ {
+	switch {
+	case m.code == config.CodeVQ:
 		m.smt.EmbedImagesVQ(&m.emb, m.assign, len(batch), g, m.pool)
-	} else {
+	case m.video:
+		m.smt.EmbedImagesWeighted(&m.emb, &m.codes, len(batch), g, m.pool)
+	default:
 		m.smt.EmbedImagesGQ(&m.emb, &m.codes, len(batch), g, m.pool)
 	}
 	out := make([]output, len(batch))
@@ -335,7 +381,7 @@ func (m *imageModel) snapshot() model {
 		patcher: online.Patcher{Grid: m.patcher.Grid, Mean: m.patcher.Mean, Context: m.patcher.Context},
 		white:   m.white.Clone(),
 		km:      m.km.Clone(),
-		code:    m.code, thresh: m.thresh, minNorm: m.minNorm,
+		code:    m.code, thresh: m.thresh, minNorm: m.minNorm, video: m.video,
 		pool: m.pool, solver: m.solver, solveEvery: m.solveEvery, drop: m.drop,
 	}
 	if m.smt != nil {
@@ -437,7 +483,7 @@ func (m *imageModel) restore(secs []Section) error {
 		if err != nil {
 			return err
 		}
-		frames = newFrameTracker(m.frames.maxStreams, m.frames.reorder)
+		frames = newFrameTracker(m.frames.maxStreams, m.frames.reorder, m.frames.atoms)
 		if err := frames.UnmarshalBinary(b); err != nil {
 			return err
 		}

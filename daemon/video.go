@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/smtd/smtd/internal/state"
+	"github.com/smtd/smtd/online"
 )
 
 // frameTracker turns the frames of many video streams into the triples
@@ -28,12 +29,15 @@ import (
 // maxStreams·(2+reorder) frames of codes.
 type frameTracker struct {
 	maxStreams, reorder int
+	atoms               int // K of the codes
 	clock               uint64
 	streams             map[string]*frameStream
 	late, gaps, evicted int64
 
-	// The triples released by the last add, concatenated.
-	prev, cur, next []int
+	// The triples released by the last add, their positions laid end to
+	// end: row p of prev, cur and next is the same patch in frames t−1,
+	// t and t+1.
+	prev, cur, next online.SparseCodes
 }
 
 // frameStream is the state of one video stream.
@@ -41,24 +45,47 @@ type frameStream struct {
 	seen     uint64 // tracker clock when last seen
 	expected uint64 // index of the next frame in order
 	chain    int    // frames in the current chain: 0, 1 or 2 (capped)
-	last     [2][]int
+	last     [2]*online.SparseCodes
 	pending  []pendingFrame // sorted by index, ahead of expected
 }
 
 type pendingFrame struct {
 	index uint64
-	codes []int
+	codes *online.SparseCodes
 }
 
-func newFrameTracker(maxStreams, reorder int) *frameTracker {
-	return &frameTracker{maxStreams: maxStreams, reorder: reorder, streams: make(map[string]*frameStream)}
+func newFrameTracker(maxStreams, reorder, atoms int) *frameTracker {
+	t := &frameTracker{maxStreams: maxStreams, reorder: reorder, atoms: atoms, streams: make(map[string]*frameStream)}
+	for _, c := range []*online.SparseCodes{&t.prev, &t.cur, &t.next} {
+		resetCodes(c, atoms)
+	}
+	return t
 }
 
-// add takes the frames of a minibatch, the codes of frame i being
-// codes[i*n : (i+1)*n], and leaves in t.prev, t.cur and t.next the codes
-// of every triple the batch completed.
-func (t *frameTracker) add(batch []sample, codes []int, n int) {
-	t.prev, t.cur, t.next = t.prev[:0], t.cur[:0], t.next[:0]
+// resetCodes empties c, keeping its memory.
+func resetCodes(c *online.SparseCodes, atoms int) {
+	c.Rows, c.Atoms = 0, atoms
+	c.Ptr, c.Index, c.Cos = append(c.Ptr[:0], 0), c.Index[:0], c.Cos[:0]
+}
+
+// appendRows appends rows [from, to) of src to dst.
+func appendRows(dst, src *online.SparseCodes, from, to int) {
+	for r := from; r < to; r++ {
+		atoms, cos := src.Row(r)
+		dst.Index = append(dst.Index, atoms...)
+		dst.Cos = append(dst.Cos, cos...)
+		dst.Ptr = append(dst.Ptr, len(dst.Index))
+		dst.Rows++
+	}
+}
+
+// add takes the frames of a minibatch, the codes of frame i being rows
+// [i·n, (i+1)·n) of codes, and leaves in t.prev, t.cur and t.next the
+// codes of every triple the batch completed.
+func (t *frameTracker) add(batch []sample, codes *online.SparseCodes, n int) {
+	for _, c := range []*online.SparseCodes{&t.prev, &t.cur, &t.next} {
+		resetCodes(c, t.atoms)
+	}
 	for i, s := range batch {
 		t.clock++
 		st := t.streams[s.stream]
@@ -73,7 +100,10 @@ func (t *frameTracker) add(batch []sample, codes []int, n int) {
 			continue
 		}
 		at, _ := slices.BinarySearchFunc(st.pending, s.frame, func(p pendingFrame, f uint64) int { return cmpU64(p.index, f) })
-		st.pending = slices.Insert(st.pending, at, pendingFrame{index: s.frame, codes: slices.Clone(codes[i*n : (i+1)*n])})
+		frame := &online.SparseCodes{}
+		resetCodes(frame, t.atoms)
+		appendRows(frame, codes, i*n, (i+1)*n)
+		st.pending = slices.Insert(st.pending, at, pendingFrame{index: s.frame, codes: frame})
 		t.release(st)
 	}
 }
@@ -99,9 +129,9 @@ func (t *frameTracker) release(st *frameStream) {
 			st.chain = 0
 		}
 		if st.chain == 2 {
-			t.prev = append(t.prev, st.last[0]...)
-			t.cur = append(t.cur, st.last[1]...)
-			t.next = append(t.next, f.codes...)
+			appendRows(&t.prev, st.last[0], 0, st.last[0].Rows)
+			appendRows(&t.cur, st.last[1], 0, st.last[1].Rows)
+			appendRows(&t.next, f.codes, 0, f.codes.Rows)
 		}
 		st.last[0], st.last[1] = st.last[1], f.codes
 		st.chain = min(st.chain+1, 2)
@@ -137,21 +167,29 @@ func (t *frameTracker) counts() *frameCounts {
 
 // clone returns a deep copy.
 func (t *frameTracker) clone() *frameTracker {
-	c := newFrameTracker(t.maxStreams, t.reorder)
+	c := newFrameTracker(t.maxStreams, t.reorder, t.atoms)
 	c.clock, c.late, c.gaps, c.evicted = t.clock, t.late, t.gaps, t.evicted
 	for name, st := range t.streams {
 		s := *st
-		s.last = [2][]int{slices.Clone(st.last[0]), slices.Clone(st.last[1])}
+		s.last = [2]*online.SparseCodes{cloneCodes(st.last[0]), cloneCodes(st.last[1])}
 		s.pending = make([]pendingFrame, len(st.pending))
 		for i, p := range st.pending {
-			s.pending[i] = pendingFrame{p.index, slices.Clone(p.codes)}
+			s.pending[i] = pendingFrame{p.index, cloneCodes(p.codes)}
 		}
 		c.streams[name] = &s
 	}
 	return c
 }
 
-const frameTrackerVersion = 1
+// cloneCodes returns a deep copy of c, nil for nil.
+func cloneCodes(c *online.SparseCodes) *online.SparseCodes {
+	if c == nil {
+		return nil
+	}
+	return &online.SparseCodes{Rows: c.Rows, Atoms: c.Atoms, Ptr: slices.Clone(c.Ptr), Index: slices.Clone(c.Index), Cos: slices.Clone(c.Cos)}
+}
+
+const frameTrackerVersion = 2
 
 // MarshalBinary writes the tracker with its streams in name order, so that
 // equal trackers give equal bytes.
@@ -161,10 +199,20 @@ func (t *frameTracker) MarshalBinary() ([]byte, error) {
 	for _, v := range []uint64{t.clock, uint64(t.late), uint64(t.gaps), uint64(t.evicted), uint64(len(t.streams))} {
 		e.Uvarint(v)
 	}
-	codes := func(c []int) {
-		e.Uvarint(uint64(len(c)))
-		for _, a := range c {
-			e.Uvarint(uint64(a + 1)) // blank −1 → 0
+	codes := func(c *online.SparseCodes) {
+		if c == nil {
+			e.U8(0)
+			return
+		}
+		e.U8(1)
+		e.Uvarint(uint64(c.Rows))
+		for r := range c.Rows {
+			atoms, cos := c.Row(r)
+			e.Uvarint(uint64(len(atoms)))
+			for j, a := range atoms {
+				e.Uvarint(uint64(a))
+				e.F64(cos[j])
+			}
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(t.streams)) {
@@ -194,7 +242,7 @@ func (t *frameTracker) UnmarshalBinary(data []byte) error {
 	if v := d.U8(); v != frameTrackerVersion {
 		return fmt.Errorf("video frame tracker: version %d, want %d", v, frameTrackerVersion)
 	}
-	c := newFrameTracker(t.maxStreams, t.reorder)
+	c := newFrameTracker(t.maxStreams, t.reorder, t.atoms)
 	c.clock = d.Uvarint()
 	c.late, c.gaps, c.evicted = int64(d.Uvarint()), int64(d.Uvarint()), int64(d.Uvarint())
 	n := d.Uvarint()
@@ -206,10 +254,27 @@ func (t *frameTracker) UnmarshalBinary(data []byte) error {
 		}
 		return int(v)
 	}
-	codes := func() []int {
-		c := make([]int, count())
-		for i := range c {
-			c[i] = int(d.Uvarint()) - 1
+	codes := func() *online.SparseCodes {
+		if d.U8() == 0 {
+			return nil
+		}
+		c := &online.SparseCodes{}
+		resetCodes(c, t.atoms)
+		for range count() {
+			for range count() {
+				a := d.Uvarint()
+				if a >= uint64(t.atoms) {
+					d.Fail()
+					return c
+				}
+				c.Index = append(c.Index, int(a))
+				c.Cos = append(c.Cos, d.F64())
+			}
+			c.Ptr = append(c.Ptr, len(c.Index))
+			c.Rows++
+			if d.Bad() {
+				return c
+			}
 		}
 		return c
 	}
@@ -219,7 +284,7 @@ func (t *frameTracker) UnmarshalBinary(data []byte) error {
 		}
 		name := string(d.Bytes(count()))
 		st := &frameStream{seen: d.Uvarint(), expected: d.Uvarint(), chain: int(d.Uvarint())}
-		st.last = [2][]int{codes(), codes()}
+		st.last = [2]*online.SparseCodes{codes(), codes()}
 		st.pending = make([]pendingFrame, count())
 		for i := range st.pending {
 			st.pending[i] = pendingFrame{index: d.Uvarint(), codes: codes()}

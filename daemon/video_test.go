@@ -2,23 +2,36 @@ package daemon
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"testing"
+	"time"
+
+	"gonum.org/v1/gonum/floats"
+
+	"github.com/smtd/smtd/config"
+	"github.com/smtd/smtd/online"
 )
 
 // frames builds a batch of one-patch frames: "a3" is frame 3 of stream a,
-// its code 3 (the frame index, so triples are easy to read).
-func frames(names ...string) ([]sample, []int) {
+// its code atom 3 with weight 0.5 (the frame index, so triples are easy
+// to read).
+func frames(names ...string) ([]sample, *online.SparseCodes) {
 	batch := make([]sample, len(names))
-	codes := make([]int, len(names))
+	codes := &online.SparseCodes{Atoms: testAtoms, Ptr: []int{0}}
 	for i, n := range names {
 		var f uint64
 		fmt.Sscanf(n[1:], "%d", &f)
 		batch[i] = sample{stream: n[:1], frame: f}
-		codes[i] = int(f)
+		codes.Index = append(codes.Index, int(f))
+		codes.Cos = append(codes.Cos, 0.5)
+		codes.Ptr = append(codes.Ptr, i+1)
+		codes.Rows++
 	}
 	return batch, codes
 }
+
+const testAtoms = 100
 
 // The tracker links frames t−1, t, t+1 of the same stream only: in order,
 // across interleaved streams, through small reordering; a dropped frame
@@ -43,20 +56,26 @@ func TestFrameTrackerTriples(t *testing.T) {
 		{name: "forgotten stream restarts", batches: [][]string{{"a0", "a1", "b0", "a2", "b1", "c0", "b2", "a3"}}, max: 2, window: 0, want: []string{"0,1,2", "0,1,2"}, evicted: 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tr := newFrameTracker(tc.max, tc.window)
+			tr := newFrameTracker(tc.max, tc.window, testAtoms)
 			var got []string
 			for _, names := range tc.batches {
 				batch, codes := frames(names...)
 				tr.add(batch, codes, 1)
-				for i := range tr.cur {
-					got = append(got, fmt.Sprintf("%d,%d,%d", tr.prev[i], tr.cur[i], tr.next[i]))
+				for i := range tr.cur.Rows {
+					p, _ := tr.prev.Row(i)
+					c, w := tr.cur.Row(i)
+					n, _ := tr.next.Row(i)
+					if w[0] != 0.5 {
+						t.Fatalf("weight %v, want 0.5", w[0])
+					}
+					got = append(got, fmt.Sprintf("%d,%d,%d", p[0], c[0], n[0]))
 				}
 				// A checkpoint between batches changes nothing.
 				b, err := tr.MarshalBinary()
 				if err != nil {
 					t.Fatal(err)
 				}
-				restored := newFrameTracker(tc.max, tc.window)
+				restored := newFrameTracker(tc.max, tc.window, testAtoms)
 				if err := restored.UnmarshalBinary(b); err != nil {
 					t.Fatal(err)
 				}
@@ -76,13 +95,39 @@ func TestFrameTrackerTriples(t *testing.T) {
 }
 
 func TestFrameTrackerRejectsBadState(t *testing.T) {
-	tr := newFrameTracker(4, 2)
+	tr := newFrameTracker(4, 2, testAtoms)
 	batch, codes := frames("a0", "a1")
 	tr.add(batch, codes, 1)
 	b, _ := tr.MarshalBinary()
 	for _, bad := range [][]byte{nil, {9}, b[:len(b)-1], append(slices.Clone(b), 0)} {
-		if err := newFrameTracker(4, 2).UnmarshalBinary(bad); err == nil {
+		if err := newFrameTracker(4, 2, testAtoms).UnmarshalBinary(bad); err == nil {
 			t.Errorf("state %v accepted", bad)
+		}
+	}
+}
+
+// A video pipeline on f_gq codes learns the temporal SMT from their
+// soft-thresholded cosines and publishes finite, normalised embeddings.
+func TestVideoWeightedCodes(t *testing.T) {
+	p := config.DefaultPipeline(config.Video, "frames")
+	p.KMeans.Atoms = 32
+	p.KMeans.Code = config.CodeGQ
+	p.SMT.Dim = 8
+	d := startDaemon(t, testConfig(t, p))
+	nc := connect(t, d.ClientURL())
+	n := replayFile(t, nc, "video-2x48.smtdrec", "")
+	waitFor(t, time.Minute, "frames learned", func() bool { return pipelineStatus(d, "frames").Learned == int64(n) })
+	model := pipelineStatus(d, "frames").Model
+	if model["smt_steps"] == int64(0) || model["video_gaps"] != int64(0) {
+		t.Fatalf("temporal SMT on f_gq codes: %v", model)
+	}
+	out := embed(t, nc, "frames", readStream(t, "video-2x48.smtdrec")[:4])
+	for i := range 4 {
+		row := out.RawRowView(i)
+		for j := 0; j < len(row); j += 8 {
+			if n := floats.Norm(row[j:j+8], 2); math.Abs(n-1) > 1e-5 && n != 0 {
+				t.Fatalf("frame %d position %d: norm %v", i, j/8, n)
+			}
 		}
 	}
 }

@@ -70,6 +70,7 @@ func (b BlankMode) atoms(k int) int {
 type csr struct {
 	ptr     []int
 	idx     []int
+	val     []float64 // the coefficient of each atom; nil: all 1 (binary codes)
 	oneHot  bool
 	counted int // rows with at least one atom
 }
@@ -82,6 +83,7 @@ func (c *csr) first(i int) int  { return c.idx[c.ptr[i]] }
 // fromVQ fills c from f_vq codes: code[i] in [0, k) or −1 for blank. It
 // panics if a code is out of range.
 func (c *csr) fromVQ(codes []int, k int, blank BlankMode) {
+	c.val = nil
 	c.ptr = grow(c.ptr, len(codes)+1)
 	c.idx = grow(c.idx, len(codes))[:0]
 	c.oneHot = true
@@ -112,6 +114,7 @@ func (c *csr) fromGQ(codes *online.SparseCodes, k int, blank BlankMode) {
 	if codes.Atoms != k || len(codes.Ptr) < codes.Rows+1 {
 		panic(mat.ErrShape)
 	}
+	c.val = nil
 	r := codes.Rows
 	c.ptr = grow(c.ptr, r+1)
 	c.idx = grow(c.idx, len(codes.Index)+r)[:0]
@@ -139,6 +142,22 @@ func (c *csr) fromGQ(codes *online.SparseCodes, k int, blank BlankMode) {
 			c.counted++
 		}
 	}
+}
+
+// fromWeighted is fromGQ keeping the codes' Cos as the coefficients of
+// their atoms (the blank atom's is 1).
+func (c *csr) fromWeighted(codes *online.SparseCodes, k int, blank BlankMode, vals []float64) []float64 {
+	c.fromGQ(codes, k, blank)
+	vals = vals[:0]
+	for i := 0; i < codes.Rows; i++ {
+		_, cos := codes.Row(i)
+		if len(cos) == 0 && blank == BlankAtom {
+			vals = append(vals, 1)
+		}
+		vals = append(vals, cos...)
+	}
+	c.val = vals
+	return vals
 }
 
 // spvec is a sparse vector with increasing indices, used for the columns

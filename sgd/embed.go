@@ -64,6 +64,7 @@ func (p PoolSettings) Len(grid online.PatchGrid, dim int) int {
 // embedScratch is the workspace of one embedding call.
 type embedScratch struct {
 	c    csr
+	val  []float64 // coefficients of weighted codes
 	beta []float64 // grid.Len()×Dim patch embeddings of one image
 	hs   []float64 // Rows×pooled cols horizontal window sums
 }
@@ -101,15 +102,19 @@ func (m *SMT) EmbedPatchesGQ(dst *mat.Dense, codes *online.SparseCodes) {
 // patch writes the normalised embedding of row i of c into dst.
 func (m *SMT) patch(dst []float64, c *csr, i int) {
 	atoms := c.row(i)
-	switch len(atoms) {
-	case 0:
+	switch {
+	case len(atoms) == 0:
 		clear(dst)
-	case 1:
+	case len(atoms) == 1 && c.val == nil:
 		copy(dst, m.unit.RawRowView(atoms[0]))
 	default:
 		clear(dst)
-		for _, a := range atoms {
-			axpy(dst, 1, m.pt.RawRowView(a))
+		for j, a := range atoms {
+			w := 1.0
+			if c.val != nil {
+				w = c.val[c.ptr[i]+j]
+			}
+			axpy(dst, w, m.pt.RawRowView(a))
 		}
 		normalize(dst)
 	}
@@ -175,6 +180,20 @@ func (m *SMT) EmbedImagesGQ(dst *mat.Dense, codes *online.SparseCodes, images in
 	w := m.pool.Get().(*embedScratch)
 	defer m.pool.Put(w)
 	w.c.fromGQ(codes, m.s.K, m.s.Blank)
+	m.embedImages(dst, w, images, grid, pool)
+}
+
+// EmbedImagesWeighted is EmbedImagesGQ for weighted codes, the codes'
+// Cos being the coefficients of their atoms, as for
+// Stats.AddTemporalGQ: the embedding of a patch is Σ_a α_a p_a,
+// normalised.
+func (m *SMT) EmbedImagesWeighted(dst *mat.Dense, codes *online.SparseCodes, images int, grid online.PatchGrid, pool PoolSettings) {
+	if images < 0 || codes.Rows != images*grid.Len() {
+		panic(mat.ErrShape)
+	}
+	w := m.pool.Get().(*embedScratch)
+	defer m.pool.Put(w)
+	w.val = w.c.fromWeighted(codes, m.s.K, m.s.Blank, w.val)
 	m.embedImages(dst, w, images, grid, pool)
 }
 

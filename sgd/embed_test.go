@@ -160,3 +160,51 @@ func TestPoolShape(t *testing.T) {
 		}
 	}
 }
+
+// Weighted codes scale each atom's column of P by its coefficient: with
+// all coefficients 1 they embed like binary f_gq codes, and scaling one
+// patch's coefficients together changes nothing (β is normalised), while
+// reweighting its atoms does.
+func TestEmbedImagesWeighted(t *testing.T) {
+	grid := online.PatchGrid{Width: 8, Height: 8, Size: 3} // 6×6 grid
+	const k, dim = 7, 3
+	m := sgd.NewSMT(sgd.SMTSettings{K: k, Blank: sgd.BlankAtom, Dim: dim}, rand.NewPCG(1, 2))
+	rng := rand.New(rand.NewPCG(3, 4))
+	c := randomGQ(rng, grid.Len(), k, 0.3)
+	for i := range c.Cos {
+		c.Cos[i] = 1
+	}
+	var binary, weighted mat.Dense
+	m.EmbedImagesGQ(&binary, c, 1, grid, sgd.PoolSettings{Kernel: 1, Stride: 1})
+	m.EmbedImagesWeighted(&weighted, c, 1, grid, sgd.PoolSettings{Kernel: 1, Stride: 1})
+	if !mat.EqualApprox(&binary, &weighted, 1e-12) {
+		t.Fatal("unit coefficients embed differently from binary codes")
+	}
+	// Patch p: scale all its coefficients by 3, then reweight one atom.
+	p := -1
+	for i := range grid.Len() {
+		if atoms, _ := c.Row(i); len(atoms) >= 2 {
+			p = i
+			break
+		}
+	}
+	if p < 0 {
+		t.Fatal("no patch with two atoms")
+	}
+	_, cos := c.Row(p)
+	for j := range cos {
+		cos[j] = 3
+	}
+	var scaled mat.Dense
+	m.EmbedImagesWeighted(&scaled, c, 1, grid, sgd.PoolSettings{Kernel: 1, Stride: 1})
+	if !mat.EqualApprox(&binary, &scaled, 1e-12) {
+		t.Error("scaling a patch's coefficients together changed its embedding")
+	}
+	cos[0] = 0.1
+	var reweighted mat.Dense
+	m.EmbedImagesWeighted(&reweighted, c, 1, grid, sgd.PoolSettings{Kernel: 1, Stride: 1})
+	before, after := binary.RawRowView(0)[p*dim:(p+1)*dim], reweighted.RawRowView(0)[p*dim:(p+1)*dim]
+	if floats.EqualApprox(before, after, 1e-6) {
+		t.Error("reweighting a patch's atoms did not change its embedding")
+	}
+}
