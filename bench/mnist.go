@@ -40,6 +40,7 @@ func MNIST(ctx context.Context, w io.Writer, args []string) error {
 	solver := fs.String("solver", config.SolverSGD, "SMT solver: sgd or closed")
 	blank := fs.String("blank", "atom", "blank patches: atom or skip")
 	drop := fs.Int("drop", 0, "closed solver: smallest eigenvectors left out")
+	nonRedundant := fs.Bool("nonredundant", false, "closed solver: choose the rows of P non-redundantly (Blau and Michaeli, Alg. 1); implies -solver closed")
 	passes := fs.Int("passes", 2, "passes over the training stream (1 or 2)")
 	batch := fs.Int("batch", 32, "images per minibatch")
 	mean := fs.Int("mean-context", 3, "range d of the contextual mean")
@@ -74,6 +75,9 @@ func MNIST(ctx context.Context, w io.Writer, args []string) error {
 	p.KMeans.Decay = *kmDecay
 	p.SMT.Memory = *smtMemory
 	p.SMT.Dim, p.SMT.Context, p.SMT.Solver, p.SMT.Blank, p.SMT.Drop = *dim, *ctxRange, *solver, *blank, *drop
+	if p.SMT.NonRedundant = *nonRedundant; *nonRedundant {
+		p.SMT.Solver = config.SolverClosed
+	}
 	p.SMT.SolveEvery = 1 << 30 // solved once, before the checkpoint below
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
@@ -150,7 +154,8 @@ func MNIST(ctx context.Context, w io.Writer, args []string) error {
 	line("k", *atoms)
 	line("dim", *dim)
 	line("context", *ctxRange)
-	line("solver", *solver)
+	line("solver", p.SMT.Solver)
+	line("nonredundant", fmt.Sprint(*nonRedundant))
 	line("blank", *blank)
 	line("embedding_size", trainX.RawMatrix().Cols)
 	line("learn_seconds", fmt.Sprintf("%.1f", learnTime.Seconds()))

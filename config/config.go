@@ -139,7 +139,7 @@ type Pipeline struct {
 
 // Learners of image and video pipelines.
 const (
-	LearnerSMT = "smt" // patches → whitening → k-means codes → SMT embedding
+	LearnerSMT  = "smt"  // patches → whitening → k-means codes → SMT embedding
 	LearnerKSM  = "ksm"  // whole image → Hebbian/anti-Hebbian KSM network
 	LearnerADMM = "admm" // whole image → ADMM sparse codes of a learned dictionary
 )
