@@ -10,6 +10,7 @@ import (
 	"github.com/smtd/smtd/daemon"
 	"github.com/smtd/smtd/online"
 	"github.com/smtd/smtd/record"
+	"github.com/smtd/smtd/spectral"
 )
 
 // knnCmd scores embeddings: recordings of output messages (smtd record on
@@ -20,6 +21,7 @@ func knnCmd(args []string, stdout, stderr io.Writer) error {
 	testPath := fs.String("test", "", "recording of labelled outputs to classify (required)")
 	k := fs.Int("k", 30, "neighbours")
 	temp := fs.Float64("t", 0.03, "temperature T")
+	redundancy := fs.Int("redundancy", 0, "also print the redundancy of the first N coordinates of the train vectors (non-redundant-spectral-dimensionality-reduction Fig. 3: the normalised error of regressing each on the ones before it; near 0 redundant, near 1 new)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -43,6 +45,11 @@ func knnCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stdout, "train: %d\ntest: %d\ntop1: %.2f\n", len(trainY), len(testY), 100*online.Top1(pred, testY))
+	if n := min(*redundancy, trainX.RawMatrix().Cols); n > 0 && len(trainY) >= 2 {
+		for i, e := range spectral.Redundancy(trainX.Slice(0, len(trainY), 0, n), spectral.RedundancySettings{}) {
+			fmt.Fprintf(stdout, "redundancy_c%d: %.4f\n", i+1, e)
+		}
+	}
 	return nil
 }
 

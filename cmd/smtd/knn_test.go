@@ -59,6 +59,21 @@ func TestKNNCommand(t *testing.T) {
 	if !strings.Contains(out.String(), "top1: 100.00") {
 		t.Errorf("output:\n%s", out.String())
 	}
+	// The second coordinate is 1 minus the first: redundant; the third
+	// (i mod 7) is not a function of the first two.
+	out.Reset()
+	if code := run([]string{"knn", "--train", train, "--test", test, "--redundancy", "3"}, &out, &out); code != 0 {
+		t.Fatalf("exit %d: %s", code, out.String())
+	}
+	var e [3]float64
+	for i := range e {
+		_, v, _ := strings.Cut(out.String(), "redundancy_c"+strconv.Itoa(i+1)+": ")
+		v, _, _ = strings.Cut(v, "\n")
+		e[i], _ = strconv.ParseFloat(v, 64)
+	}
+	if e[0] != 1 || e[1] > 0.1 || e[2] < 0.8 {
+		t.Errorf("redundancy %v, want 1, < 0.1, > 0.8:\n%s", e, out.String())
+	}
 	out.Reset()
 	if code := run([]string{"knn", "--train", train}, &out, &out); code != 2 {
 		t.Errorf("missing --test: exit %d, want 2", code)
