@@ -37,6 +37,9 @@ Usage:
         Publish a recorded file.
   smtd knn --train FILE --test FILE [--k 30] [--t 0.03]
         Soft-KNN top-1 of recorded, labelled outputs (smt-minimalistic App. J).
+  smtd lem [--dim N] [--nonredundant] [--out FILE] FILE
+        Laplacian eigenmaps (plain or non-redundant) of a recorded stream;
+        prints the redundancy of each coordinate.
   smtd bench NAME [flags]
         Run a measurement; prints one "name: value" line per figure.
   smtd version
@@ -71,6 +74,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = replayCmd(rest, stdout, stderr)
 	case "knn":
 		err = knnCmd(rest, stdout, stderr)
+	case "lem":
+		err = lemCmd(rest, stdout, stderr)
 	case "bench":
 		err = benchCmd(rest, stdout, stderr)
 	case "version":
