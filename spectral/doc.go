@@ -30,6 +30,26 @@
 // reference for small problems and the path for non-diagonal V (f_gq
 // codes).
 //
+// # Non-redundant spectral embeddings
+//
+// Blau and Michaeli, "Non-Redundant Spectral Dimensionality Reduction"
+// (ECML PKDD 2017), called non-redundant-spectral-dimensionality-reduction
+// in the docs: a spectral embedding's later coordinates are often
+// functions of its first ones (the 2nd Laplacian eigenmap of a long strip
+// is a harmonic of the 1st), so a few coordinates carry less than they
+// seem to. NonRedundant (Alg. 1) computes coordinates one at a time, each
+// the top eigenvector of (I − V_i V_iᵀ) K (I − V_i V_iᵀ), V_i the dominant
+// right singular vectors of a kNN-sparsified Nadaraya-Watson smoother over
+// the coordinates before it, by Lanczos on an operator that never forms
+// that matrix. LEM and NonRedundantLEM apply it to Laplacian eigenmaps of
+// a point set (kNN Gaussian affinity; the minimisation turned into a
+// maximisation, Alg. 1 step 2); SolveSMTNonRedundant chooses the rows of
+// the closed-form SMT P that way, the functions living on the dictionary
+// atoms weighted by their usage. Redundancy measures, for any embedding,
+// how far each coordinate is predictable from the ones before it (the
+// paper's Fig. 3). `smtd bench strip`, `smtd bench lem-mnist` and `smtd
+// bench mnist --nonredundant` measure them (BENCHMARKS.md).
+//
 // Like every learning package of smtd, spectral is a plain synchronous
 // library: no goroutines of its own, no I/O, no globals; randomness only
 // from a rand.Source the caller passes.
