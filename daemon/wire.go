@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"image"
 	"image/color"
@@ -344,3 +345,52 @@ func DecodeMatrix(h nats.Header, data []byte) (*mat.Dense, error) {
 	}
 	return m, nil
 }
+
+// DecodePoint returns the values of one recorded or received message as a
+// vector, and its label: an input image as the daemon reads it, of any
+// shape (PNG, gray or colour; or raw with Smtd-Shape and Smtd-Dtype;
+// uint8 and PNG scaled to [0, 1], channels interleaved), or an output
+// vector (DecodeOutput). It is how tools outside a pipeline (smtd lem)
+// read streams.
+func DecodePoint(h nats.Header, data []byte) ([]float64, string, error) {
+	label := header(h, HeaderLabel)
+	enc := header(h, HeaderEncoding)
+	if enc == "" && bytes.HasPrefix(data, pngSignature) {
+		enc = "png"
+	}
+	switch {
+	case enc == "png":
+		cfg, err := png.DecodeConfig(bytes.NewReader(data))
+		if err != nil {
+			return nil, "", reject(ReasonBadPNG, "%v", err)
+		}
+		shape := config.ImageShape{Width: cfg.Width, Height: cfg.Height, Channels: 3}
+		if cfg.ColorModel == color.GrayModel || cfg.ColorModel == color.Gray16Model {
+			shape.Channels = 1
+		}
+		px, err := decodePNG(shape, data)
+		return px, label, err
+	case enc == "raw" || (enc == "" && strings.Contains(header(h, HeaderShape), ",")):
+		rows, cols, ch, err := parseShape(header(h, HeaderShape))
+		if err != nil {
+			return nil, "", err
+		}
+		px, err := decodeImage(config.ImageShape{Width: cols, Height: rows, Channels: ch}, h, data)
+		return px, label, err
+	case enc != "":
+		return nil, "", reject(ReasonBadHeader, "%s %q: want raw or png", HeaderEncoding, enc)
+	}
+	v, label, err := DecodeOutput(h, data)
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: %v", ErrNotPoint, err)
+	}
+	px := make([]float64, len(v))
+	for i, f := range v {
+		px[i] = float64(f)
+	}
+	return px, label, nil
+}
+
+// ErrNotPoint is returned by DecodePoint for a message that is neither an
+// image nor an output vector (text, say).
+var ErrNotPoint = errors.New("smtd: neither an image nor an output vector")

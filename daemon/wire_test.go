@@ -182,3 +182,31 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// DecodePoint reads images of any shape and output vectors, and refuses
+// what is neither.
+func TestDecodePoint(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		h     nats.Header
+		data  []byte
+		n     int
+		label string
+		err   bool
+	}{
+		{"png", hdr(HeaderLabel, "7"), pngBytes(t, 5, 3), 15, "7", false},
+		{"raw uint8", hdr(HeaderShape, "2,3", HeaderDtype, "uint8"), []byte{0, 51, 102, 153, 204, 255}, 6, "", false},
+		{"raw float32 rgb", hdr(HeaderShape, "1,2,3", HeaderDtype, "float32"), float32Bytes(1, 2, 3, 4, 5, 6), 6, "", false},
+		{"output", hdr(HeaderShape, "3", HeaderDtype, "float32", HeaderLabel, "2"), float32Bytes(0.5, 0, -1), 3, "2", false},
+		{"truncated", hdr(HeaderShape, "2,3", HeaderDtype, "uint8"), []byte{1, 2}, 0, "", true},
+		{"text", nil, []byte("the quick brown fox"), 0, "", true},
+	} {
+		v, label, err := DecodePoint(tc.h, tc.data)
+		if (err != nil) != tc.err || len(v) != tc.n || label != tc.label {
+			t.Errorf("%s: %d values, label %q, error %v", tc.name, len(v), label, err)
+		}
+	}
+	if _, _, err := DecodePoint(nil, []byte("text")); !errors.Is(err, ErrNotPoint) {
+		t.Errorf("text: %v, want ErrNotPoint", err)
+	}
+}

@@ -2,12 +2,8 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/binary"
-	"errors"
 	"fmt"
-	"image/color"
-	"image/png"
 	"io"
 	"math"
 	"math/rand/v2"
@@ -15,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/nats-io/nats.go"
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/smtd/smtd/daemon"
@@ -171,7 +166,7 @@ func readPoints(path string, max int) (*mat.Dense, []string, error) {
 	var x *mat.Dense
 	labels := make([]string, len(msgs))
 	for i, m := range msgs {
-		v, label, err := decodePoint(m.Header, m.Data)
+		v, label, err := daemon.DecodePoint(m.Header, m.Data)
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: message %d: %w", path, i, err)
 		}
@@ -185,96 +180,4 @@ func readPoints(path string, max int) (*mat.Dense, []string, error) {
 		labels[i] = label
 	}
 	return x, labels, nil
-}
-
-var errNotVector = errors.New("neither an image nor an output vector (text streams are not supported)")
-
-// decodePoint returns the vector of one message: an input image (the
-// daemon's wire format: Smtd-Encoding png, or raw with Smtd-Shape and
-// Smtd-Dtype uint8 or float32; uint8 and PNG scaled to [0, 1]) or an
-// output vector (daemon.DecodeOutput), and its label.
-func decodePoint(h nats.Header, data []byte) ([]float64, string, error) {
-	get := func(key string) string {
-		if v := h.Get(key); v != "" {
-			return v
-		}
-		for k, v := range h {
-			if strings.EqualFold(k, key) && len(v) > 0 {
-				return v[0]
-			}
-		}
-		return ""
-	}
-	label := get(daemon.HeaderLabel)
-	enc := get(daemon.HeaderEncoding)
-	if enc == "" && bytes.HasPrefix(data, []byte("\x89PNG\r\n\x1a\n")) {
-		enc = "png"
-	}
-	switch {
-	case enc == "png":
-		img, err := png.Decode(bytes.NewReader(data))
-		if err != nil {
-			return nil, "", err
-		}
-		b := img.Bounds()
-		var px []float64
-		isGray := img.ColorModel() == color.GrayModel || img.ColorModel() == color.Gray16Model
-		for y := b.Min.Y; y < b.Max.Y; y++ {
-			for x := b.Min.X; x < b.Max.X; x++ {
-				if isGray {
-					px = append(px, float64(color.Gray16Model.Convert(img.At(x, y)).(color.Gray16).Y)/0xffff)
-					continue
-				}
-				r, g, bl, _ := img.At(x, y).RGBA()
-				px = append(px, float64(r)/0xffff, float64(g)/0xffff, float64(bl)/0xffff)
-			}
-		}
-		return px, label, nil
-	case enc == "raw" || (enc == "" && strings.Contains(get(daemon.HeaderShape), ",")):
-		var n int
-		for i, f := range strings.Split(get(daemon.HeaderShape), ",") {
-			v, err := strconv.Atoi(strings.TrimSpace(f))
-			if err != nil || v < 1 || i > 2 {
-				return nil, "", fmt.Errorf("%s %q: want rows,cols[,channels]", daemon.HeaderShape, get(daemon.HeaderShape))
-			}
-			if i == 0 {
-				n = v
-			} else {
-				n *= v
-			}
-		}
-		switch dt := get(daemon.HeaderDtype); dt {
-		case "uint8":
-			if len(data) != n {
-				return nil, "", fmt.Errorf("%d bytes, shape needs %d", len(data), n)
-			}
-			px := make([]float64, n)
-			for i, b := range data {
-				px[i] = float64(b) / 255
-			}
-			return px, label, nil
-		case "float32":
-			if len(data) != 4*n {
-				return nil, "", fmt.Errorf("%d bytes, shape needs %d", len(data), 4*n)
-			}
-			px := make([]float64, n)
-			for i := range px {
-				px[i] = float64(math.Float32frombits(binary.LittleEndian.Uint32(data[4*i:])))
-			}
-			return px, label, nil
-		default:
-			return nil, "", fmt.Errorf("%s %q: want uint8 or float32", daemon.HeaderDtype, dt)
-		}
-	case enc != "":
-		return nil, "", fmt.Errorf("%s %q: want raw or png", daemon.HeaderEncoding, enc)
-	}
-	v, label, err := daemon.DecodeOutput(h, data)
-	if err != nil {
-		return nil, "", fmt.Errorf("%w: %v", errNotVector, err)
-	}
-	px := make([]float64, len(v))
-	for i, f := range v {
-		px[i] = float64(f)
-	}
-	return px, label, nil
 }

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/smtd/smtd/daemon"
 )
 
 // TestLEMCmd embeds the shipped raw MNIST recording with plain and
@@ -82,7 +84,7 @@ func TestLEMCmdUsage(t *testing.T) {
 		t.Errorf("no file: %v, want errUsage", err)
 	}
 	err := lemCmd([]string{"../../testdata/streams/brown-2000.smtdrec"}, &stdout, &stderr)
-	if !errors.Is(err, errNotVector) {
-		t.Errorf("text stream: %v, want errNotVector", err)
+	if !errors.Is(err, daemon.ErrNotPoint) {
+		t.Errorf("text stream: %v, want daemon.ErrNotPoint", err)
 	}
 }
