@@ -70,39 +70,15 @@ func (f *admmFlags) settings(prior sgd.Prior, samples int) (sgd.ADMMSettings, er
 // minibatch of an epoch included). After each step it calls after with
 // the number of steps taken, if after is not nil.
 func admmLearn(ctx context.Context, m *sgd.ADMM, x *mat.Dense, batch, steps int, src rand.Source, after func(step int) error) error {
-	t, n := x.Dims()
-	rng := rand.New(src)
-	perm := make([]int, t)
-	for i := range perm {
-		perm[i] = i
-	}
-	mb := mat.NewDense(batch, n, nil)
-	pos := t
-	for s := 1; s <= steps; s++ {
-		if s%64 == 0 {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-		}
-		if pos >= t {
-			rng.Shuffle(t, func(i, j int) { perm[i], perm[j] = perm[j], perm[i] })
-			pos = 0
-		}
-		b := min(batch, t-pos)
-		for i := range b {
-			mb.SetRow(i, x.RawRowView(perm[pos+i]))
-		}
-		pos += b
-		if err := m.Step(mb.Slice(0, b, 0, n).(*mat.Dense)); err != nil {
+	return epochMinibatches(ctx, x, batch, steps, src, func(s int, mb *mat.Dense) error {
+		if err := m.Step(mb); err != nil {
 			return err
 		}
 		if after != nil {
-			if err := after(s); err != nil {
-				return err
-			}
+			return after(s)
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // admmFit is how well a learner reconstructs a data set.

@@ -237,12 +237,19 @@ func Moons(ctx context.Context, w io.Writer, args []string) error {
 	return nil
 }
 
-// learnEpochs takes steps learning steps of net on minibatches of x: each
-// epoch visits the rows in a new random order drawn from src, cut into
-// minibatches of batch rows (the last, shorter one included). A refused
-// step (hebbian.StepError) is an error here: the benchmark reports
-// divergence instead of hiding it.
+// learnEpochs takes steps learning steps of net on minibatches of x (see
+// epochMinibatches). A refused step (hebbian.StepError) is an error here:
+// the benchmark reports divergence instead of hiding it.
 func learnEpochs(ctx context.Context, net *hebbian.Network, x *mat.Dense, batch, steps int, src rand.Source) error {
+	return epochMinibatches(ctx, x, batch, steps, src, func(_ int, mb *mat.Dense) error { return net.Step(nil, mb) })
+}
+
+// epochMinibatches calls step steps times with a minibatch of rows of x
+// and the number of the step (from 1): each epoch visits the rows in a
+// new random order drawn from src, cut into minibatches of batch rows
+// (the last, shorter one included). mb is a view, valid during the call.
+// It stops at the first error of step or of ctx.
+func epochMinibatches(ctx context.Context, x *mat.Dense, batch, steps int, src rand.Source, step func(s int, mb *mat.Dense) error) error {
 	t, m := x.Dims()
 	rng := rand.New(src)
 	perm := make([]int, t)
@@ -251,8 +258,8 @@ func learnEpochs(ctx context.Context, net *hebbian.Network, x *mat.Dense, batch,
 	}
 	mb := mat.NewDense(batch, m, nil)
 	pos := t
-	for s := 0; s < steps; s++ {
-		if s%256 == 0 {
+	for s := 1; s <= steps; s++ {
+		if s%64 == 0 {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
@@ -266,7 +273,7 @@ func learnEpochs(ctx context.Context, net *hebbian.Network, x *mat.Dense, batch,
 			mb.SetRow(i, x.RawRowView(perm[pos+i]))
 		}
 		pos += b
-		if err := net.Step(nil, mb.Slice(0, b, 0, m)); err != nil {
+		if err := step(s, mb.Slice(0, b, 0, m).(*mat.Dense)); err != nil {
 			return err
 		}
 	}

@@ -55,7 +55,7 @@ func KSMPointsPipeline(name, subject string, dim, batch int, s hebbian.Settings)
 
 // moonsThroughDaemon learns the network of settings s from the points x
 // as messages through a daemon: the epochs (a new random order of the
-// points each, drawn from src as learnEpochs does) are written to a
+// points each, cut as learnEpochs cuts them) are written to a
 // recorded stream, which is replayed through JetStream into a daemon
 // running the KSM pipeline in this process; once every message is
 // learned the daemon's embed endpoint (which never trains) returns the
@@ -74,20 +74,17 @@ func moonsThroughDaemon(ctx context.Context, x *mat.Dense, s hebbian.Settings, b
 	if err != nil {
 		return nil, 0, err
 	}
-	rng := rand.New(src)
-	perm := make([]int, t)
-	for i := range perm {
-		perm[i] = i
-	}
-	total := steps * batch
-	for n := 0; n < total; n++ {
-		if n%t == 0 {
-			rng.Shuffle(t, func(i, j int) { perm[i], perm[j] = perm[j], perm[i] })
+	err = epochMinibatches(ctx, x, batch, steps, src, func(_ int, mb *mat.Dense) error {
+		for i := range mb.RawMatrix().Rows {
+			m := PointMsg(subject, mb.RawRowView(i))
+			if err := w.Write(&record.Message{Subject: m.Subject, Header: m.Header, Data: m.Data}); err != nil {
+				return err
+			}
 		}
-		m := PointMsg(subject, x.RawRowView(perm[n%t]))
-		if err := w.Write(&record.Message{Subject: m.Subject, Header: m.Header, Data: m.Data}); err != nil {
-			return nil, 0, err
-		}
+		return nil
+	})
+	if err != nil {
+		return nil, 0, err
 	}
 	if err := w.Flush(); err != nil {
 		return nil, 0, err
@@ -110,7 +107,7 @@ func moonsThroughDaemon(ctx context.Context, x *mat.Dense, s hebbian.Settings, b
 	if _, err := record.Replay(ctx, in.nc, r, record.ReplayOptions{JetStream: true, Window: 4096}); err != nil {
 		return nil, 0, err
 	}
-	for in.learned() < int64(total) {
+	for in.learned() < int64(steps*batch) {
 		if err := wait(ctx, 10*time.Millisecond); err != nil {
 			return nil, 0, err
 		}
