@@ -270,7 +270,7 @@ func largestEigenvalue(st *sgd.Stats) (float64, error) {
 		var v mat.SymDense
 		st.VTo(&v)
 		if !chol.Factorize(&v) {
-			return 0, errors.New("V is not positive definite (an atom is never used: more data)")
+			return 0, errors.New("the statistics' V is not positive definite (an atom is never used: more data)")
 		}
 	} else {
 		for a, d := range diag {

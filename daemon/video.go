@@ -165,30 +165,6 @@ func (t *frameTracker) counts() *frameCounts {
 	return &frameCounts{Streams: len(t.streams), Late: t.late, Gaps: t.gaps, StreamsForgotten: t.evicted}
 }
 
-// clone returns a deep copy.
-func (t *frameTracker) clone() *frameTracker {
-	c := newFrameTracker(t.maxStreams, t.reorder, t.atoms)
-	c.clock, c.late, c.gaps, c.evicted = t.clock, t.late, t.gaps, t.evicted
-	for name, st := range t.streams {
-		s := *st
-		s.last = [2]*online.SparseCodes{cloneCodes(st.last[0]), cloneCodes(st.last[1])}
-		s.pending = make([]pendingFrame, len(st.pending))
-		for i, p := range st.pending {
-			s.pending[i] = pendingFrame{p.index, cloneCodes(p.codes)}
-		}
-		c.streams[name] = &s
-	}
-	return c
-}
-
-// cloneCodes returns a deep copy of c, nil for nil.
-func cloneCodes(c *online.SparseCodes) *online.SparseCodes {
-	if c == nil {
-		return nil
-	}
-	return &online.SparseCodes{Rows: c.Rows, Atoms: c.Atoms, Ptr: slices.Clone(c.Ptr), Index: slices.Clone(c.Index), Cos: slices.Clone(c.Cos)}
-}
-
 const frameTrackerVersion = 2
 
 // MarshalBinary writes the tracker with its streams in name order, so that

@@ -20,9 +20,7 @@ func randomWeighted(rng *rand.Rand, n, k int, blank float64) *online.SparseCodes
 	c := &online.SparseCodes{Rows: n, Atoms: k, Ptr: []int{0}}
 	for i := 0; i < n; i++ {
 		if rng.Float64() >= blank {
-			for _, a := range rng.Perm(k)[:1+rng.IntN(min(3, k))] {
-				c.Index = append(c.Index, a)
-			}
+			c.Index = append(c.Index, rng.Perm(k)[:1+rng.IntN(min(3, k))]...)
 			row := c.Index[c.Ptr[i]:]
 			for p := 1; p < len(row); p++ { // sort the few atoms
 				for q := p; q > 0 && row[q] < row[q-1]; q-- {
