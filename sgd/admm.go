@@ -120,40 +120,15 @@ type ADMMSettings struct {
 	Memory float64
 }
 
-func (s ADMMSettings) lambda() float64 {
-	if s.Lambda == 0 {
-		return defaultADMMLambda
-	}
-	return s.Lambda
-}
+func (s ADMMSettings) lambda() float64 { return orDefault(s.Lambda, defaultADMMLambda) }
 
-func (s ADMMSettings) omega() float64 {
-	if s.Omega == 0 {
-		return defaultADMMOmega
-	}
-	return s.Omega
-}
+func (s ADMMSettings) omega() float64 { return orDefault(s.Omega, defaultADMMOmega) }
 
-func (s ADMMSettings) rho() float64 {
-	if s.Rho == 0 {
-		return defaultADMMRho
-	}
-	return s.Rho
-}
+func (s ADMMSettings) rho() float64 { return orDefault(s.Rho, defaultADMMRho) }
 
-func (s ADMMSettings) rate() float64 {
-	if s.LearningRate == 0 {
-		return defaultADMMRate
-	}
-	return s.LearningRate
-}
+func (s ADMMSettings) rate() float64 { return orDefault(s.LearningRate, defaultADMMRate) }
 
-func (s ADMMSettings) iterations() int {
-	if s.Iterations == 0 {
-		return defaultADMMIterations
-	}
-	return s.Iterations
-}
+func (s ADMMSettings) iterations() int { return orDefault(s.Iterations, defaultADMMIterations) }
 
 func (s ADMMSettings) warmIterations() int {
 	switch {
@@ -165,19 +140,9 @@ func (s ADMMSettings) warmIterations() int {
 	return s.WarmIterations
 }
 
-func (s ADMMSettings) passes() int {
-	if s.Passes == 0 {
-		return 1
-	}
-	return s.Passes
-}
+func (s ADMMSettings) passes() int { return orDefault(s.Passes, 1) }
 
-func (s ADMMSettings) memory() float64 {
-	if s.Memory == 0 {
-		return defaultADMMMemory
-	}
-	return s.Memory
-}
+func (s ADMMSettings) memory() float64 { return orDefault(s.Memory, defaultADMMMemory) }
 
 // Validate reports whether the settings are usable.
 func (s ADMMSettings) Validate() error {

@@ -19,19 +19,9 @@ type PoolSettings struct {
 	Stride int
 }
 
-func (p PoolSettings) kernel() int {
-	if p.Kernel == 0 {
-		return 4
-	}
-	return p.Kernel
-}
+func (p PoolSettings) kernel() int { return orDefault(p.Kernel, 4) }
 
-func (p PoolSettings) stride() int {
-	if p.Stride == 0 {
-		return 2
-	}
-	return p.Stride
-}
+func (p PoolSettings) stride() int { return orDefault(p.Stride, 2) }
 
 // Validate reports whether the settings are usable.
 func (p PoolSettings) Validate() error {

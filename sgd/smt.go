@@ -45,19 +45,9 @@ type SMTSettings struct {
 
 const defaultLearningRate = 0.1
 
-func (s SMTSettings) learningRate() float64 {
-	if s.LearningRate == 0 {
-		return defaultLearningRate
-	}
-	return s.LearningRate
-}
+func (s SMTSettings) learningRate() float64 { return orDefault(s.LearningRate, defaultLearningRate) }
 
-func (s SMTSettings) gamma0() float64 {
-	if s.Gamma0 == 0 {
-		return 1
-	}
-	return s.Gamma0
-}
+func (s SMTSettings) gamma0() float64 { return orDefault(s.Gamma0, 1) }
 
 // Validate reports whether the settings are usable.
 func (s SMTSettings) Validate() error {

@@ -40,3 +40,12 @@ func grow[T any](s []T, n int) []T {
 	}
 	return s[:n]
 }
+
+// orDefault returns v, or d when v is zero: the documented default of a
+// zero settings field.
+func orDefault[T int | float64](v, d T) T {
+	if v == 0 {
+		return d
+	}
+	return v
+}

@@ -63,19 +63,9 @@ func (s WordSettings) Validate() error {
 	return nil
 }
 
-func (s WordSettings) window() int {
-	if s.Window == 0 {
-		return DefaultWordWindow
-	}
-	return s.Window
-}
+func (s WordSettings) window() int { return orDefault(s.Window, DefaultWordWindow) }
 
-func (s WordSettings) maxPairs() int {
-	if s.MaxPairs == 0 {
-		return DefaultWordMaxPairs
-	}
-	return s.MaxPairs
-}
+func (s WordSettings) maxPairs() int { return orDefault(s.MaxPairs, DefaultWordMaxPairs) }
 
 // maxSlots is the table size that holds maxPairs at a load of at most 3/4.
 func (s WordSettings) maxSlots() int {
