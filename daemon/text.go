@@ -191,7 +191,7 @@ func (m *textModel) rollback(to model) {
 }
 
 func (m *textModel) finite() bool {
-	return m.solved == nil || m.solved.vectors == nil || finiteDense(m.solved.p)
+	return m.solved == nil || finiteDense(m.solved.p)
 }
 
 func finiteDense(a *mat.Dense) bool {
