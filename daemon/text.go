@@ -40,6 +40,9 @@ type textModel struct {
 	unsent     bool       // solved has not been published yet
 
 	ids, lengths, msgIDs []int // workspaces
+
+	tokens int64 // in snapshots: the statistics' tokens and stored pairs
+	pairs  int
 }
 
 // wordSolve is one solve of the word embeddings: immutable once made, and
@@ -180,9 +183,14 @@ func (m *textModel) flush() error {
 	return m.solve()
 }
 
-// snapshot shares the immutable solve; the vocabulary is copied.
+// snapshot shares the immutable solve; the vocabulary is copied, and the
+// statistics' counters for status.
 func (m *textModel) snapshot() model {
-	return &textModel{vocab: m.vocab.Clone(), embed: m.embed, solved: m.solved}
+	s := &textModel{vocab: m.vocab.Clone(), embed: m.embed, solved: m.solved}
+	if m.stats != nil {
+		s.tokens, s.pairs = m.stats.Tokens(), m.stats.StoredPairs()
+	}
+	return s
 }
 
 func (m *textModel) rollback(to model) {
@@ -292,8 +300,9 @@ func (m *textModel) describe() map[string]any {
 		d["words_embedded"] = embedded
 	}
 	if m.stats != nil {
-		d["tokens"] = m.stats.Tokens()
-		d["word_pairs_stored"] = m.stats.StoredPairs()
+		d["tokens"], d["word_pairs_stored"] = m.stats.Tokens(), m.stats.StoredPairs()
+	} else if m.embed.Dim > 0 {
+		d["tokens"], d["word_pairs_stored"] = m.tokens, m.pairs
 	}
 	return d
 }

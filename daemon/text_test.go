@@ -49,6 +49,9 @@ func TestWordEmbeddingsAndNeighbours(t *testing.T) {
 	request(t, nc, "smtd.control.checkpoint", nil, nil)
 
 	model := pipelineStatus(d, "words").Model
+	if tokens, _ := model["tokens"].(int64); tokens < 10000 {
+		t.Errorf("status counts %d tokens after %d sentences", tokens, n)
+	}
 	embedded, _ := model["words_embedded"].(int)
 	if embedded < 100 {
 		t.Fatalf("%d words embedded after %d sentences: %v", embedded, n, model)
