@@ -171,28 +171,4 @@ func (v *spvec) reset() { v.idx, v.val = v.idx[:0], v.val[:0] }
 
 // addRow adds w·α for the binary code atoms (increasing) to v, keeping the
 // indices increasing and dropping entries that cancel to exactly zero.
-func (v *spvec) addRow(atoms []int, w float64, tmp *spvec) {
-	tmp.reset()
-	i, j := 0, 0
-	for i < len(v.idx) || j < len(atoms) {
-		switch {
-		case j == len(atoms) || (i < len(v.idx) && v.idx[i] < atoms[j]):
-			tmp.idx = append(tmp.idx, v.idx[i])
-			tmp.val = append(tmp.val, v.val[i])
-			i++
-		case i == len(v.idx) || atoms[j] < v.idx[i]:
-			tmp.idx = append(tmp.idx, atoms[j])
-			tmp.val = append(tmp.val, w)
-			j++
-		default:
-			if s := v.val[i] + w; s != 0 {
-				tmp.idx = append(tmp.idx, v.idx[i])
-				tmp.val = append(tmp.val, s)
-			}
-			i++
-			j++
-		}
-	}
-	v.idx, tmp.idx = tmp.idx, v.idx
-	v.val, tmp.val = tmp.val, v.val
-}
+func (v *spvec) addRow(atoms []int, w float64, tmp *spvec) { v.addScaled(atoms, nil, w, tmp) }

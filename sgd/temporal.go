@@ -292,9 +292,15 @@ func temporalColumnGQ(u, tmp *spvec, prev, cur, next *online.SparseCodes, p, k i
 }
 
 // addScaled adds w·α to v for the code with the given atoms (increasing)
-// and coefficients, keeping the indices increasing and dropping entries
-// that cancel to exactly zero.
+// and coefficients (nil: all 1, a binary code), keeping the indices
+// increasing and dropping entries that cancel to exactly zero.
 func (v *spvec) addScaled(atoms []int, vals []float64, w float64, tmp *spvec) {
+	coef := func(j int) float64 {
+		if vals == nil {
+			return w
+		}
+		return w * vals[j]
+	}
 	tmp.reset()
 	i, j := 0, 0
 	for i < len(v.idx) || j < len(atoms) {
@@ -305,10 +311,10 @@ func (v *spvec) addScaled(atoms []int, vals []float64, w float64, tmp *spvec) {
 			i++
 		case i == len(v.idx) || atoms[j] < v.idx[i]:
 			tmp.idx = append(tmp.idx, atoms[j])
-			tmp.val = append(tmp.val, w*vals[j])
+			tmp.val = append(tmp.val, coef(j))
 			j++
 		default:
-			if s := v.val[i] + w*vals[j]; s != 0 {
+			if s := v.val[i] + coef(j); s != 0 {
 				tmp.idx = append(tmp.idx, v.idx[i])
 				tmp.val = append(tmp.val, s)
 			}
