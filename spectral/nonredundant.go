@@ -257,7 +257,7 @@ func NonRedundant(dst *mat.Dense, pr NonRedundantProblem, dim int, s NonRedundan
 		c := base
 		if i > 0 {
 			h := bandwidth(dst.Slice(0, n, 0, i).(*mat.Dense), pr.Weights, s.alpha())
-			p := nwSmoother(dst.Slice(0, n, 0, i).(*mat.Dense), pr.Weights, h, s.neighbours(n), true)
+			p := newSmoother(dst.Slice(0, n, 0, i).(*mat.Dense), pr.Weights, h, s.neighbours(n))
 			v, prods := topRightSingular(p, s.truncate(), s.maxRank(n), s.powerIters(), res.Ranks[i-1], rng)
 			res.SmootherProducts += prods
 			if v != nil {
@@ -474,6 +474,8 @@ type csr struct {
 	val []float64
 }
 
+func (m *csr) size() int { return m.n }
+
 // mulVec sets dst = M x.
 func (m *csr) mulVec(dst, x []float64) {
 	for a := 0; a < m.n; a++ {
@@ -586,7 +588,46 @@ func selectSmallest(c []neighbour, k int) {
 func nwSmoother(y *mat.Dense, w []float64, h float64, k int, self bool) *csr {
 	n, _ := y.Dims()
 	p := &csr{n: n, ptr: make([]int, n+1)}
+	nwRows(y, w, h, k, self, func(a int, c []neighbour, v []float64) {
+		for _, e := range c {
+			p.idx = append(p.idx, e.j)
+		}
+		p.val = append(p.val, v...)
+		p.ptr[a+1] = len(p.val)
+	})
+	return p
+}
+
+// denseSmootherBytes bounds the size of a smoother stored dense.
+const denseSmootherBytes = 2 << 30
+
+// newSmoother returns nwSmoother(y, w, h, k, true), stored dense when
+// rows keep at least a quarter of the points and N×N float64 fit in
+// denseSmootherBytes: its products then run at the speed of the BLAS
+// matrix product instead of one sparse row at a time (about 10 times
+// faster on 15,000 MNIST digits with 10,000 neighbours, 44% of the
+// entries kept, and OpenBLAS).
+func newSmoother(y *mat.Dense, w []float64, h float64, k int) smoother {
+	n, _ := y.Dims()
+	if 4*k < n || n*n > denseSmootherBytes/8 {
+		return nwSmoother(y, w, h, k, true)
+	}
+	p := denseSmoother{mat.NewDense(n, n, nil)}
+	nwRows(y, w, h, k, true, func(a int, c []neighbour, v []float64) {
+		row := p.m.RawRowView(a)
+		for i, e := range c {
+			row[e.j] = v[i]
+		}
+	})
+	return p
+}
+
+// nwRows computes the rows of nwSmoother one at a time and passes each
+// to row as its columns c and values v (only valid during the call).
+func nwRows(y *mat.Dense, w []float64, h float64, k int, self bool, row func(a int, c []neighbour, v []float64)) {
+	n, _ := y.Dims()
 	buf := make([]neighbour, 0, n)
+	vals := make([]float64, 0, n)
 	cut2 := smootherCutoff * smootherCutoff * h * h
 	if h == 0 {
 		cut2 = 0
@@ -605,27 +646,43 @@ func nwSmoother(y *mat.Dense, w []float64, h float64, k int, self bool) *csr {
 		for _, e := range c {
 			d0 = min(d0, e.d)
 		}
-		start := len(p.val)
+		kept, v := c[:0], vals[:0]
 		sum := 0.0
 		for _, e := range c {
-			v := math.Exp(-(e.d - d0) * inv)
+			x := math.Exp(-(e.d - d0) * inv)
 			if w != nil {
-				v *= w[e.j]
+				x *= w[e.j]
 			}
-			if v > 0 {
-				p.idx = append(p.idx, e.j)
-				p.val = append(p.val, v)
-				sum += v
+			if x > 0 {
+				kept = append(kept, e)
+				v = append(v, x)
+				sum += x
 			}
 		}
 		if sum > 0 {
-			floats.Scale(1/sum, p.val[start:])
+			floats.Scale(1/sum, v)
 		}
-		p.ptr[a+1] = len(p.val)
+		row(a, kept, v)
 		buf = c[:0]
 	}
-	return p
 }
+
+// smoother is a smoother matrix that multiplies N×l matrices.
+type smoother interface {
+	// size returns N.
+	size() int
+	// mulDense sets dst = P x; dst and x must not alias.
+	mulDense(dst, x *mat.Dense)
+	// mulTDense sets dst = Pᵀ x; dst and x must not alias.
+	mulTDense(dst, x *mat.Dense)
+}
+
+// denseSmoother is a smoother stored as a dense matrix.
+type denseSmoother struct{ m *mat.Dense }
+
+func (p denseSmoother) size() int                   { r, _ := p.m.Dims(); return r }
+func (p denseSmoother) mulDense(dst, x *mat.Dense)  { dst.Mul(p.m, x) }
+func (p denseSmoother) mulTDense(dst, x *mat.Dense) { dst.Mul(p.m.T(), x) }
 
 // topRightSingular returns, as the columns of an N×r matrix, the right
 // singular vectors of p whose singular values are at least trunc times
@@ -637,8 +694,8 @@ func nwSmoother(y *mat.Dense, w []float64, h float64, k int, self bool) *csr {
 // rarely undercuts) and doubles while its smallest singular value is
 // still above the cutoff. It also returns the number of matrix–vector
 // products taken.
-func topRightSingular(p *csr, trunc float64, maxRank, q, hint int, rng *rand.Rand) (*mat.Dense, int) {
-	n := p.n
+func topRightSingular(p smoother, trunc float64, maxRank, q, hint int, rng *rand.Rand) (*mat.Dense, int) {
+	n := p.size()
 	const over = 10 // oversampling
 	l := min(n, max(64, hint+hint/4+over))
 	prods := 0

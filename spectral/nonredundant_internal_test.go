@@ -236,3 +236,43 @@ func TestSelectSmallest(t *testing.T) {
 		}
 	}
 }
+
+// TestDenseSmootherMatchesSparse checks that newSmoother, dense when rows
+// keep many neighbours and sparse otherwise, multiplies like the sparse
+// nwSmoother with the same neighbours.
+func TestDenseSmootherMatchesSparse(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	const n, l = 200, 5
+	y := mat.NewDense(n, 2, nil)
+	w := make([]float64, n)
+	for i := 0; i < n; i++ {
+		y.Set(i, 0, rng.NormFloat64())
+		y.Set(i, 1, rng.NormFloat64())
+		w[i] = rng.Float64()
+	}
+	x := mat.NewDense(n, l, nil)
+	for i := range x.RawMatrix().Data {
+		x.RawMatrix().Data[i] = rng.NormFloat64()
+	}
+	h := bandwidth(y, w, 0.3)
+	for _, k := range []int{n / 8, n / 2, n} {
+		sparse := nwSmoother(y, w, h, k, true)
+		p := newSmoother(y, w, h, k)
+		if _, isDense := p.(denseSmoother); isDense != (4*k >= n) {
+			t.Errorf("k=%d: dense %v", k, isDense)
+		}
+		var got, want mat.Dense
+		got.ReuseAs(n, l)
+		want.ReuseAs(n, l)
+		p.mulDense(&got, x)
+		sparse.mulDense(&want, x)
+		if !mat.EqualApprox(&got, &want, 1e-12) {
+			t.Errorf("k=%d: P x differs", k)
+		}
+		p.mulTDense(&got, x)
+		sparse.mulTDense(&want, x)
+		if !mat.EqualApprox(&got, &want, 1e-12) {
+			t.Errorf("k=%d: Pᵀ x differs", k)
+		}
+	}
+}
