@@ -1,12 +1,10 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"math"
 	"math/rand/v2"
 	"sort"
-	"strconv"
 	"strings"
 	"testing"
 )
@@ -154,19 +152,8 @@ func TestDelaunayCodeContinuous(t *testing.T) {
 // rows 2 and 3 are the landmark coordinates and the SGD reaches the
 // closed form's objective.
 func TestDiscSmall(t *testing.T) {
-	var out strings.Builder
 	args := []string{"-landmarks", "80", "-sequences", "1500", "-dim", "6", "-epochs", "60", "-batch", "1024", "-zernike-order", "1"}
-	if err := Disc(context.Background(), &out, args); err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]float64{}
-	s := bufio.NewScanner(strings.NewReader(out.String()))
-	for s.Scan() {
-		k, v, _ := strings.Cut(s.Text(), ": ")
-		if f, err := strconv.ParseFloat(v, 64); err == nil {
-			got[k] = f
-		}
-	}
+	got := figures(t, Disc, args...)
 	for _, name := range []string{"disc_closed_row2_r2", "disc_closed_row3_r2", "disc_closed_xy_r2", "disc_sgd_xy_r2", "disc_closed_zernike_n1_cos1_corr"} {
 		if got[name] < 0.95 {
 			t.Errorf("%s = %v, want >= 0.95", name, got[name])

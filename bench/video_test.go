@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"image"
 	"image/png"
@@ -9,7 +8,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 )
@@ -54,21 +52,9 @@ func TestVideoSmall(t *testing.T) {
 	for i, name := range []string{"a.png", "b.png", "c.png"} {
 		writePhoto(t, filepath.Join(dir, name), uint64(i))
 	}
-	var out strings.Builder
 	args := []string{"-images", dir, "-test", "c.png", "-size", "24", "-frames", "20", "-clips", "4", "-test-clips", "2",
 		"-k", "32", "-dim", "8", "-epochs", "15", "-kmeans-epochs", "2"}
-	if err := Video(context.Background(), &out, args); err != nil {
-		t.Fatal(err)
-	}
-	t.Log(out.String())
-	got := map[string]float64{}
-	s := bufio.NewScanner(strings.NewReader(out.String()))
-	for s.Scan() {
-		k, v, _ := strings.Cut(s.Text(), ": ")
-		if f, err := strconv.ParseFloat(v, 64); err == nil {
-			got[k] = f
-		}
-	}
+	got := figures(t, Video, args...)
 	for _, prefix := range []string{"video_", "video_newclips_"} {
 		codes, smt := got[prefix+"codes_ratio"], got[prefix+"smt_closed_ratio"]
 		if !(smt > 0 && smt < codes) {
