@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"gonum.org/v1/gonum/floats"
@@ -239,6 +240,31 @@ func (nv *naiveADMM) zUpdate(i int, x []float64, lip float64, quartic bool) {
 	}
 }
 
+// solveCodes is the warm start's accelerated gradient written out: each
+// update is zUpdate (P tracking z) at the extrapolated point y.
+func (nv *naiveADMM) solveCodes(i int, x []float64, lip float64) {
+	k := len(nv.z[i])
+	y := slices.Clone(nv.z[i])
+	back, fwd := make([]float64, k), make([]float64, k)
+	t := 1.0
+	for it := 0; it < nv.s.warmIterations(); it++ {
+		prev := slices.Clone(nv.z[i])
+		copy(nv.z[i], y)
+		nv.pStep(i)
+		nv.zUpdate(i, x, lip, false)
+		z := nv.z[i]
+		if floats.Dot(floats.SubTo(back, y, z), floats.SubTo(fwd, z, prev)) > 0 {
+			t = 1 // restart: the step went against the momentum
+		}
+		next := (1 + math.Sqrt(1+4*t*t)) / 2
+		for j := range y {
+			y[j] = z[j] + (t-1)/next*(z[j]-prev[j])
+		}
+		t = next
+	}
+	nv.pStep(i)
+}
+
 // step is one Step of ADMM written out per sample.
 func (nv *naiveADMM) step(x *mat.Dense) {
 	s := nv.s
@@ -265,10 +291,7 @@ func (nv *naiveADMM) step(x *mat.Dense) {
 		nv.m[i] = mat.NewDense(k, k, nil)
 		nv.m[i].Scale(0.5, &wwt) // M⁰ = ½WWᵀ
 		nv.pStep(i)
-		for it := 0; it < s.warmIterations(); it++ {
-			nv.zUpdate(i, x.RawRowView(i), lip, false)
-			nv.pStep(i)
-		}
+		nv.solveCodes(i, x.RawRowView(i), lip)
 	}
 	for pass := 0; pass < s.passes(); pass++ {
 		if pass > 0 {
