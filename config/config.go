@@ -176,6 +176,12 @@ type ADMM struct {
 	// Iterations is the number of gradient updates of each Z-step.
 	// Default 15.
 	Iterations int `yaml:"iterations" live:"true"`
+	// WarmIterations is the number of accelerated gradient updates that
+	// solve the codes of each fresh minibatch for the current W before
+	// its Z-step (section 4.1's warm start). Default 0: the learner's
+	// choice, 50 for the simplex prior, Iterations for schedule 3 and
+	// none otherwise; -1: none.
+	WarmIterations int `yaml:"warm_iterations" live:"true"`
 	// Passes is the number of ADMM iterations per minibatch. Default 1.
 	Passes int `yaml:"passes" live:"true"`
 	// Memory is the number of samples the running sums behind the

@@ -216,6 +216,7 @@ func validateADMM(v *validator, p *Pipeline, f func(string) string) {
 	v.check(a.Rho > 0, f("admm.rho"), "must be > 0, got %g", a.Rho)
 	v.check(a.LearningRate > 0, f("admm.learning_rate"), "must be > 0, got %g", a.LearningRate)
 	v.check(a.Iterations >= 1, f("admm.iterations"), "must be >= 1, got %d", a.Iterations)
+	v.check(a.WarmIterations >= -1, f("admm.warm_iterations"), "must be >= -1 (0: the learner's default, -1: none), got %d", a.WarmIterations)
 	v.check(a.Passes >= 1, f("admm.passes"), "must be >= 1, got %d", a.Passes)
 	v.check(a.Memory > 0, f("admm.memory"), "must be > 0 (.inf never forgets), got %g", a.Memory)
 	v.check(a.WarmStart >= 0, f("admm.warm_start"), "must be >= 0, got %d", a.WarmStart)

@@ -59,7 +59,7 @@ func admmSettings(p *config.Pipeline) sgd.ADMMSettings {
 	return sgd.ADMMSettings{
 		K: a.Atoms, Prior: prior, Schedule: sgd.Schedule(a.Schedule),
 		Lambda: a.Lambda, Omega: a.Omega, Rho: a.Rho, LearningRate: a.LearningRate,
-		Iterations: a.Iterations, Passes: a.Passes, Memory: a.Memory,
+		Iterations: a.Iterations, WarmIterations: a.WarmIterations, Passes: a.Passes, Memory: a.Memory,
 	}
 }
 
