@@ -31,8 +31,9 @@ type NonRedundantSettings struct {
 	// 4, "Efficient implementation": the paper keeps as many as fit in
 	// memory, 10,000 of 15,000). Neighbours beyond 4h, whose weight is
 	// below e⁻⁸ of the nearest, are dropped as well. The smoother takes
-	// 12 bytes per entry (1.8 GB for 15,000 rows of 10,000) and each
-	// product with it one pass over them. Too few neighbours narrow the
+	// 12 bytes per kept entry, or 8·N² bytes when rows keep at least a
+	// quarter of the points and it is stored dense (1.8 GB for 15,000
+	// rows; see newSmoother). Too few neighbours narrow the
 	// smoother below h and raise its rank: on 15,000 MNIST digits 1,000
 	// neighbours gave ranks of 170 to 440 and coordinates worse than
 	// LEM's for classification. Zero means min(N, 10000).
