@@ -251,10 +251,23 @@ type KSM struct {
 	// InitScale is the standard deviation of the initial weights W.
 	// Default 1.
 	InitScale float64 `yaml:"init_scale"`
+	// Init is how W starts: random (default), N(0, InitScale²) entries,
+	// or data, the first Neurons inputs of the stream, one per neuron,
+	// each taken as it arrives (before the step that learns from it).
+	// With data the landmarks start where the inputs are, which on half
+	// moons is what lets mixing match the kernel better than Nyström
+	// with k-means landmarks.
+	Init string `yaml:"init"`
 	// Crop removes this many pixels from each border of an image before
 	// the network (MNIST: 4 gives the paper's 20x20). Default 0.
 	Crop int `yaml:"crop"`
 }
+
+// Initial weights of the KSM network.
+const (
+	InitRandom = "random"
+	InitData   = "data"
+)
 
 // KSMInputs returns the input dimension of the KSM network of p.
 func (p *Pipeline) KSMInputs() int {

@@ -90,7 +90,7 @@ func DefaultPipeline(m Modality, name string) Pipeline {
 		KSM: KSM{
 			Neurons: 64, Kernel: KernelGaussian, Sigma: 1, Alpha: 3, Degree: 2, Gamma: 1,
 			Lambda: 0.001, EtaW: 0.01, EtaQ: 0.01, EtaL: 0.1,
-			AnnealEvery: 10000, AnnealFactor: 0.1, MaxAnneals: 1, InitScale: 1,
+			AnnealEvery: 10000, AnnealFactor: 0.1, MaxAnneals: 1, InitScale: 1, Init: InitRandom,
 		},
 	}
 	switch m {

@@ -203,6 +203,7 @@ func validateKSM(v *validator, p *Pipeline, f func(string) string) {
 	v.check(k.AnnealFactor > 0 && k.AnnealFactor <= 1, f("ksm.anneal_factor"), "must be in (0, 1], got %g", k.AnnealFactor)
 	v.check(k.MaxAnneals >= 0, f("ksm.max_anneals"), "must be >= 0, got %d", k.MaxAnneals)
 	v.check(k.InitScale > 0, f("ksm.init_scale"), "must be > 0, got %g", k.InitScale)
+	v.check(oneOf(k.Init, InitRandom, InitData), f("ksm.init"), "must be random or data, got %q", k.Init)
 	v.check(k.Crop >= 0 && 2*k.Crop < p.Image.Width && 2*k.Crop < p.Image.Height, f("ksm.crop"), "must leave pixels of the %dx%d image, got %d", p.Image.Width, p.Image.Height, k.Crop)
 }
 

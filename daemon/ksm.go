@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 
@@ -25,13 +26,21 @@ type ksmModel struct {
 	net   *hebbian.Network
 	shape config.ImageShape
 	crop  int
+	// seeded counts the rows of W taken from the stream (ksm.init:
+	// data); it equals the number of neurons when W is complete or when
+	// W starts random.
+	seeded int
 
 	// Workspaces, never shared with snapshots.
 	x, y mat.Dense
 }
 
 func newKSMModel(p *config.Pipeline, src rand.Source) *ksmModel {
-	return &ksmModel{net: hebbian.New(ksmSettings(p), src), shape: p.Image, crop: p.KSM.Crop}
+	m := &ksmModel{net: hebbian.New(ksmSettings(p), src), shape: p.Image, crop: p.KSM.Crop}
+	if p.KSM.Init != config.InitData {
+		m.seeded = p.KSM.Neurons
+	}
+	return m
 }
 
 // ksmKernel returns the kernel named by the config.
@@ -74,6 +83,7 @@ func (m *ksmModel) encode(batch []sample) []output {
 // outputs are its responses.
 func (m *ksmModel) learn(batch []sample) ([]output, error) {
 	x := flatten(&m.x, batch, m.shape, m.crop)
+	m.seed(x)
 	if err := m.net.Step(&m.y, x); err != nil {
 		m.net.Transform(&m.y, x)
 		return rowOutputs(&m.y, batch), fmt.Errorf("ksm: %w", err)
@@ -81,13 +91,34 @@ func (m *ksmModel) learn(batch []sample) ([]output, error) {
 	return rowOutputs(&m.y, batch), nil
 }
 
+// seed sets the next rows of W to the rows of x while W is not complete
+// (ksm.init: data). The rows are finite: the pipeline refused the others.
+func (m *ksmModel) seed(x *mat.Dense) {
+	n := m.net.Neurons()
+	if m.seeded >= n {
+		return
+	}
+	w := m.net.Weights()
+	rows, _ := x.Dims()
+	for i := 0; i < rows && m.seeded < n; i++ {
+		w.SetRow(m.seeded, x.RawRowView(i))
+		m.seeded++
+	}
+	if err := m.net.SetWeights(w); err != nil {
+		panic(err) // the pipeline refused non-finite inputs: a bug
+	}
+}
+
 func (m *ksmModel) flush() error { return nil }
 
 func (m *ksmModel) snapshot() model {
-	return &ksmModel{net: m.net.Clone(), shape: m.shape, crop: m.crop}
+	return &ksmModel{net: m.net.Clone(), shape: m.shape, crop: m.crop, seeded: m.seeded}
 }
 
-func (m *ksmModel) rollback(to model) { m.net = to.(*ksmModel).net.Clone() }
+func (m *ksmModel) rollback(to model) {
+	from := to.(*ksmModel)
+	m.net, m.seeded = from.net.Clone(), from.seeded
+}
 
 func (m *ksmModel) finite() bool { return m.net.Finite() }
 
@@ -95,12 +126,20 @@ func (m *ksmModel) tune(p *config.Pipeline) { mustTune(m.net.SetSettings(ksmSett
 
 func (m *ksmModel) sections() ([]Section, error) {
 	b, err := m.net.MarshalBinary()
-	return []Section{{Name: "ksm", Data: b}}, err
+	if err != nil {
+		return nil, err
+	}
+	secs := []Section{{Name: "ksm", Data: b}}
+	if m.seeded < m.net.Neurons() {
+		secs = append(secs, Section{Name: "ksm-seeded", Data: binary.LittleEndian.AppendUint64(nil, uint64(m.seeded))})
+	}
+	return secs, nil
 }
 
 // restore reads the network of a checkpoint, keeping the configured
 // settings (rates, schedule); a network of another shape, kernel or λ is
-// refused.
+// refused. A checkpoint taken before W was complete (ksm.init: data)
+// says how many rows the stream has set; otherwise W is complete.
 func (m *ksmModel) restore(secs []Section) error {
 	b, err := findSection(secs, "ksm")
 	if err != nil {
@@ -117,7 +156,13 @@ func (m *ksmModel) restore(secs []Section) error {
 	if err := n.SetSettings(s); err != nil {
 		return fmt.Errorf("ksm: checkpoint does not fit the config: %w", err)
 	}
-	m.net = n
+	m.net, m.seeded = n, n.Neurons()
+	if b, err := findSection(secs, "ksm-seeded"); err == nil {
+		if len(b) != 8 || binary.LittleEndian.Uint64(b) >= uint64(n.Neurons()) {
+			return fmt.Errorf("ksm: bad ksm-seeded section")
+		}
+		m.seeded = int(binary.LittleEndian.Uint64(b))
+	}
 	return nil
 }
 
@@ -131,6 +176,7 @@ func (m *ksmModel) describe() map[string]any {
 		"inputs":  m.net.Dim(),
 		"kernel":  fmt.Sprint(s.Kernel),
 		"mixing":  s.Mixing,
+		"seeded":  m.seeded,
 		"steps":   m.net.Steps(),
 		"energy":  m.net.Energy(),
 		"rates":   fmt.Sprintf("η_w %g, η_q %g, η_l %g", etaW, etaQ, etaL),

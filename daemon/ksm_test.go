@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -146,5 +147,65 @@ func TestKSMCheckpointShape(t *testing.T) {
 	}
 	if changed := shapeChanges(&p, &q); len(changed) != 1 {
 		t.Errorf("shapeChanges = %v, want ksm.neurons only", changed)
+	}
+}
+
+// With ksm.init: data the first inputs of the stream become the rows of
+// W, one per neuron, as they are learned (queries do not seed), and a
+// checkpoint taken before W is complete resumes the seeding exactly.
+func TestKSMInitFromData(t *testing.T) {
+	p := moonsPipeline()
+	p.KSM.Neurons = 100
+	p.KSM.Init = config.InitData
+	rng := rand.New(rand.NewPCG(4, 4))
+	batches := make([][]sample, 3)
+	for b := range batches {
+		batches[b] = make([]sample, 64)
+		for i := range batches[b] {
+			batches[b][i].pixels = []float64{rng.NormFloat64(), rng.NormFloat64()}
+		}
+	}
+	m := newModel(&p, rand.NewPCG(1, 1)).(*ksmModel)
+	before := m.net.Weights()
+	m.encode(batches[0])
+	if !mat.Equal(before, m.net.Weights()) {
+		t.Fatal("a query changed W")
+	}
+	if _, err := m.learn(batches[0]); err != nil {
+		t.Fatal(err)
+	}
+	if m.seeded != 64 {
+		t.Fatalf("%d rows seeded after 64 inputs", m.seeded)
+	}
+	secs, err := m.sections()
+	if err != nil {
+		t.Fatal(err)
+	}
+	resumed := newModel(&p, rand.NewPCG(9, 9)).(*ksmModel)
+	if err := resumed.restore(secs); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []*ksmModel{m, resumed} {
+		if _, err := n.learn(batches[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m.seeded != 100 || resumed.seeded != 100 {
+		t.Fatalf("seeded %d and %d rows after 128 inputs, want 100", m.seeded, resumed.seeded)
+	}
+	// Each row was set to its input just before the step that learned
+	// from it: rows 64..99 moved by one step from batch 1's first points.
+	w := m.net.Weights()
+	for r := 64; r < 100; r++ {
+		x := batches[1][r-64].pixels
+		if d := math.Hypot(w.At(r, 0)-x[0], w.At(r, 1)-x[1]); d > 0.5 {
+			t.Errorf("row %d is %.3f from input %d of the second batch", r, d, r-64)
+		}
+	}
+	if !mat.Equal(w, resumed.net.Weights()) {
+		t.Error("the resumed seeding differs from the uninterrupted one")
+	}
+	if secs, _ := m.sections(); len(secs) != 1 {
+		t.Errorf("a complete W still checkpoints %d sections", len(secs))
 	}
 }
