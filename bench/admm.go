@@ -201,11 +201,8 @@ func ADMMSynthetic(ctx context.Context, w io.Writer, args []string) error {
 	schedules := fs.String("schedules", "1,2,3", "comma-separated schedules to run (overrides -schedule)")
 	checkpoints := fs.String("checkpoints", "10,20,50,100,200,500,1000,2000,3000", "comma-separated iterations at which to print R²")
 	kmEpochs := fs.Int("kmeans-epochs", 10, "epochs of online spherical k-means for the warm start")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("bench admm-synthetic: unexpected arguments %q", fs.Args())
 	}
 	if *n < 1 || *t < f.k || *nonzeros < 1 || *nonzeros > f.k || *kmEpochs < 1 {
 		return errors.New("bench admm-synthetic: want -n >= 1, -t >= -k, -nonzeros in [1, -k], -kmeans-epochs >= 1")
@@ -334,11 +331,8 @@ func ADMMMNIST(ctx context.Context, w io.Writer, args []string) error {
 	pngPath := fs.String("png", "admm-mnist-atoms.png", "PNG `file` for the first atoms (empty: none)")
 	pngN := fs.Int("png-n", 100, "atoms drawn")
 	throughDaemon := fs.Bool("daemon", false, "also stream the same recipe (warm start, then -iters minibatches) through JetStream into a daemon's admm pipeline and measure R² from its published atoms and the codes of its embed endpoint")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("bench admm-mnist: unexpected arguments %q", fs.Args())
 	}
 	s, err := f.settings(sgd.PriorSparse, *images)
 	if err != nil {
@@ -465,11 +459,8 @@ func ADMMPatches(ctx context.Context, w io.Writer, args []string) error {
 	kmEpochs := fs.Int("kmeans-epochs", 5, "epochs of online spherical k-means for the warm start")
 	pngPath := fs.String("png", "admm-patches-atoms.png", "PNG `file` for the first atoms (empty: none)")
 	pngN := fs.Int("png-n", 100, "atoms drawn")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("bench admm-patches: unexpected arguments %q", fs.Args())
 	}
 	s, err := f.settings(sgd.PriorSparse, *count)
 	if err != nil {
@@ -578,11 +569,8 @@ func ADMMMoons(ctx context.Context, w io.Writer, args []string) error {
 	points := fs.Int("points", 2500, "number of points")
 	noise := fs.Float64("noise", 0.01, "standard deviation of the Gaussian noise added to the moons")
 	kmIters := fs.Int("kmeans-iters", 100, "maximum Lloyd iterations of the k-means warm start")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("bench admm-moons: unexpected arguments %q", fs.Args())
 	}
 	s, err := f.settings(sgd.PriorSimplex, *points)
 	if err != nil {

@@ -95,11 +95,8 @@ func Disc(ctx context.Context, w io.Writer, args []string) error {
 	decay := fs.Float64("decay", 0.001, "SGD rate decay: η_t = η/(1 + decay·t)")
 	order := fs.Int("zernike-order", 3, "highest radial order n of the Zernike polynomials reported")
 	seed := fs.Uint64("seed", 1, "seed of the landmarks, the motion and the SGD")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("bench disc: unexpected arguments %q", fs.Args())
 	}
 	switch {
 	case !(*rate >= 0):

@@ -56,11 +56,8 @@ func KMeans(ctx context.Context, w io.Writer, args []string) error {
 	contextRange := fs.Int("context", 1, "range d of the contextual mean")
 	lambda := fs.Float64("lambda", 0.1, "whitening regulariser λ (pixels in [0, 1])")
 	minNorm := fs.Float64("min-norm", 0.1, "whitened patches with a smaller norm are blank")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("bench kmeans: unexpected arguments %q", fs.Args())
 	}
 	if *nPatches < 1 || *batch < 1 || *contextRange < 1 {
 		return errors.New("bench kmeans: -patches, -batch and -context must be positive")
@@ -243,6 +240,18 @@ func dgemmGFLOPS(n int) float64 {
 		best = max(best, 2*float64(n)*float64(n)*float64(n)/time.Since(start).Seconds()/1e9)
 	}
 	return best
+}
+
+// parseFlags parses args into fs and refuses positional arguments, which
+// no benchmark takes.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%s: unexpected arguments %q", fs.Name(), fs.Args())
+	}
+	return nil
 }
 
 // writeMachine prints the machine_* lines: CPU model, GOMAXPROCS, Go

@@ -71,11 +71,8 @@ func KSMMNIST(ctx context.Context, w io.Writer, args []string) error {
 	fieldsPath := fs.String("fields", "ksm-fields.png", "PNG `file` for the linearised receptive fields (empty: none)")
 	fieldsN := fs.Int("fields-n", 64, "receptive fields drawn per α")
 	seed := fs.Uint64("seed", 1, "seed of the initial weights, minibatches and label draws")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("bench ksm-mnist: unexpected arguments %q", fs.Args())
 	}
 	as, err := parseInts(*alphas)
 	if err != nil {

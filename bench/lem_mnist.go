@@ -60,11 +60,8 @@ func LEMMNIST(ctx context.Context, w io.Writer, args []string) error {
 	tol := fs.Float64("tol", 1e-7, "relative residual at which a Lanczos pair has converged")
 	knnFlag := fs.String("knn", "1,3,5,10,20,40", "comma-separated k of the KNN classifier to pick from on the tune split")
 	seed := fs.Uint64("seed", 1, "seed of the subset and the solvers")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("bench lem-mnist: unexpected arguments %q", fs.Args())
 	}
 	dims, err := parseInts(*dimsFlag)
 	if err != nil {

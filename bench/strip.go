@@ -59,11 +59,8 @@ func Strip(ctx context.Context, w io.Writer, args []string) error {
 	lemDim := fs.Int("lem-dim", 5, "LEM coordinates computed to find the first one along the short axis")
 	manifolds := fs.String("manifolds", "strip,swissroll", "comma-separated manifolds: strip, swissroll")
 	seed := fs.Uint64("seed", 1, "seed of the points and the solvers")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("bench strip: unexpected arguments %q", fs.Args())
 	}
 	if *points < 20 || !(*ratio > 0) || *k < 1 || *lemDim < 2 || *lemDim > *points-2 {
 		return errors.New("bench strip: -points must be >= 20, -ratio > 0, -k >= 1, -lem-dim in 2..points-2")

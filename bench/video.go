@@ -107,11 +107,8 @@ func Video(ctx context.Context, w io.Writer, args []string) error {
 	rate := fs.Float64("rate", 0, "SGD learning rate η; 0 means 0.9/λ_max(V⁻¹L)")
 	decay := fs.Float64("decay", 0.001, "SGD rate decay: η_t = η/(1 + decay·t)")
 	seed := fs.Uint64("seed", 1, "seed of the clips, the dictionary and the SGD")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("bench video: unexpected arguments %q", fs.Args())
 	}
 	switch {
 	case *frames < 3 || *clips < 1 || *testClips < 1 || *kmEpochs < 1 || *batch < 1 || *epochs < 0:

@@ -68,11 +68,8 @@ func Words(ctx context.Context, w io.Writer, args []string) error {
 	queries := fs.String("queries", DefaultNeighbourQueries, "comma-separated words whose neighbours are printed")
 	k := fs.Int("k", 10, "neighbours printed per word")
 	throughDaemon := fs.Bool("daemon", true, "also stream the sentences through JetStream into a daemon in this process (one message each) and query its neighbours endpoint")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("bench words: unexpected arguments %q", fs.Args())
 	}
 	if *sentences < 0 || *passes < 1 || *batch < 1 || *vocab < 1 || *k < 1 {
 		return errors.New("bench words: -sentences must be >= 0, -passes, -batch, -vocab and -k >= 1")
