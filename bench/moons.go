@@ -14,6 +14,7 @@ import (
 
 	"gonum.org/v1/gonum/mat"
 
+	"github.com/smtd/smtd/config"
 	"github.com/smtd/smtd/hebbian"
 )
 
@@ -29,9 +30,9 @@ import (
 //     η_w = η_q = 0.01, η_l = 0.1, then 10,000 steps with rates ten
 //     times lower;
 //   - with hebbian.Settings.Mixing ("mixing"): a full regulatory matrix
-//     Q, W seeded by k-means++ sampling of the points (D² sampling, no
-//     Lloyd iteration), λ = 0.0001, the same rates, annealed twice
-//     (30,000 steps).
+//     Q, W set to the first n points of the minibatches (what a daemon's
+//     ksm.init: data does), λ = 0.0001, η_w = η_q = 0.03 (-mixing-eta),
+//     η_l = 0.1, annealed twice (30,000 steps).
 //
 // It prints the normalised error ‖K − YYᵀ‖_F/‖K‖_F over the whole data
 // set of
@@ -49,7 +50,9 @@ import (
 //   - moons_nN_rff_error: n random Fourier features;
 //
 // and moons_nN_network_train_seconds, moons_nN_mixing_train_seconds, the
-// time of the learning steps. The randomised methods (initialisations,
+// time of the learning steps. With -daemon each network also learns
+// from the points as messages through a daemon (first seed only):
+// moons_nN_daemon_NAME_error, _seconds and _messages_per_second. The randomised methods (initialisations,
 // uniform landmarks, k-means seeding, Fourier features) are repeated
 // over -repeats seeds and averaged; the _min lines give the best seed.
 //
@@ -73,15 +76,13 @@ func Moons(ctx context.Context, w io.Writer, args []string) error {
 	anneals := fs.Int("anneals", 1, "anneals of the paper's network; it learns (anneals+1)·steps steps")
 	mixLambda := fs.Float64("mixing-lambda", 0.0001, "λ of the mixing network (responses and Q)")
 	mixAnneals := fs.Int("mixing-anneals", 2, "anneals of the mixing network")
+	mixEta := fs.Float64("mixing-eta", 0.03, "η_w and η_q of the mixing network before annealing")
 	kmIters := fs.Int("kmeans-iters", 100, "maximum Lloyd iterations of the k-means landmarks")
 	repeats := fs.Int("repeats", 3, "seeds to average the randomised methods over")
 	seed := fs.Uint64("seed", 1, "seed of the data and of the first repeat")
-	throughDaemon := fs.Bool("daemon", false, "also learn the paper's network from the points as messages: a recorded stream of the epochs replayed through JetStream into a daemon in this process (once per n, first seed)")
-	if err := fs.Parse(args); err != nil {
+	throughDaemon := fs.Bool("daemon", false, "also learn each network from the points as messages: a recorded stream of the epochs replayed through JetStream into a daemon in this process (once per n, first seed)")
+	if err := parseFlags(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("bench moons: unexpected arguments %q", fs.Args())
 	}
 	if *points < 2 || *batch < 1 || *steps < 0 || *repeats < 1 || *anneals < 0 || *mixAnneals < 0 {
 		return errors.New("bench moons: -points must be >= 2, -batch and -repeats >= 1, -steps and -anneals >= 0")
@@ -115,6 +116,7 @@ func Moons(ctx context.Context, w io.Writer, args []string) error {
 		}
 		if name == "mixing" {
 			s.Mixing, s.Lambda, s.MaxAnneals = true, *mixLambda, *mixAnneals
+			s.EtaW, s.EtaQ = *mixEta, *mixEta
 		}
 		if s.MaxAnneals == 0 {
 			s.AnnealEvery = 0
@@ -173,9 +175,11 @@ func Moons(ctx context.Context, w io.Writer, args []string) error {
 				st, total := settings(name, n)
 				net := hebbian.New(st, rand.NewPCG(s, uint64(n)))
 				if name == "mixing" {
-					var lm mat.Dense
-					hebbian.KMeansLandmarks(&lm, x, n, 0, rand.NewPCG(s, 0x696e6974))
-					if err := net.SetWeights(&lm); err != nil {
+					head, err := streamHead(ctx, x, n, *batch, rand.NewPCG(s, 0x6261746368))
+					if err != nil {
+						return err
+					}
+					if err := net.SetWeights(head); err != nil {
 						return err
 					}
 				}
@@ -210,15 +214,22 @@ func Moons(ctx context.Context, w io.Writer, args []string) error {
 			hebbian.RandomFourier(&y, x, n, *sigma, rand.NewPCG(s, 0x726666))
 			add("rff_error", hebbian.NormalizedError(&k, &y))
 		}
-		if *throughDaemon {
-			st, total := settings("network", n)
-			y, took, err := moonsThroughDaemon(ctx, x, st, *batch, total, rand.NewPCG(*seed, 0x6261746368), io.Discard)
-			if err != nil {
-				return fmt.Errorf("bench moons: through the daemon, n = %d: %w", n, err)
+		for _, name := range nets {
+			if !*throughDaemon {
+				break
 			}
-			fmt.Fprintf(w, "moons_n%d_daemon_error: %.4f\n", n, hebbian.NormalizedError(&k, y))
-			fmt.Fprintf(w, "moons_n%d_daemon_seconds: %.2f\n", n, took.Seconds())
-			fmt.Fprintf(w, "moons_n%d_daemon_messages_per_second: %.0f\n", n, float64(total**batch)/took.Seconds())
+			st, total := settings(name, n)
+			init := config.InitRandom
+			if name == "mixing" {
+				init = config.InitData
+			}
+			y, took, err := moonsThroughDaemon(ctx, x, st, init, *batch, total, rand.NewPCG(*seed, 0x6261746368), io.Discard)
+			if err != nil {
+				return fmt.Errorf("bench moons: %s through the daemon, n = %d: %w", name, n, err)
+			}
+			fmt.Fprintf(w, "moons_n%d_daemon_%s_error: %.4f\n", n, name, hebbian.NormalizedError(&k, y))
+			fmt.Fprintf(w, "moons_n%d_daemon_%s_seconds: %.2f\n", n, name, took.Seconds())
+			fmt.Fprintf(w, "moons_n%d_daemon_%s_messages_per_second: %.0f\n", n, name, float64(total**batch)/took.Seconds())
 		}
 		fmt.Fprintf(w, "moons_n%d_kpca_error: %.4f\n", n, hebbian.NormalizedError(&k, kpca.Slice(0, *points, 0, n)))
 		rep := float64(*repeats)
@@ -235,6 +246,23 @@ func Moons(ctx context.Context, w io.Writer, args []string) error {
 		}
 	}
 	return nil
+}
+
+// streamHead returns the first n points of the minibatches
+// epochMinibatches cuts from x with src: the points a daemon with
+// ksm.init: data makes the rows of W when x arrives in that order.
+func streamHead(ctx context.Context, x *mat.Dense, n, batch int, src rand.Source) (*mat.Dense, error) {
+	_, dim := x.Dims()
+	head := mat.NewDense(n, dim, nil)
+	got := 0
+	err := epochMinibatches(ctx, x, batch, (n+batch-1)/batch, src, func(_ int, mb *mat.Dense) error {
+		for i := 0; i < mb.RawMatrix().Rows && got < n; i++ {
+			head.SetRow(got, mb.RawRowView(i))
+			got++
+		}
+		return nil
+	})
+	return head, err
 }
 
 // learnEpochs takes steps learning steps of net on minibatches of x (see

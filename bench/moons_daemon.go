@@ -34,8 +34,9 @@ func PointMsg(subject string, p []float64) *nats.Msg {
 
 // KSMPointsPipeline returns a deterministic KSM pipeline named name that
 // reads points of dim coordinates on subject, in minibatches of batch,
-// with the network settings s (kernel Gaussian).
-func KSMPointsPipeline(name, subject string, dim, batch int, s hebbian.Settings) config.Pipeline {
+// with the network settings s (kernel Gaussian) and initial weights init
+// (config.InitRandom or config.InitData).
+func KSMPointsPipeline(name, subject string, dim, batch int, s hebbian.Settings, init string) config.Pipeline {
 	p := config.DefaultPipeline(config.Image, name)
 	p.Input.Subject = subject
 	p.Output.Subject = "bench.out." + name
@@ -47,13 +48,15 @@ func KSMPointsPipeline(name, subject string, dim, batch int, s hebbian.Settings)
 	k.Neurons, k.Kernel, k.Sigma = s.Neurons, config.KernelGaussian, s.Kernel.(hebbian.Gaussian).Sigma
 	k.Mixing, k.Lambda, k.EtaW, k.EtaQ, k.EtaL = s.Mixing, s.Lambda, s.EtaW, s.EtaQ, s.EtaL
 	k.AnnealEvery, k.AnnealFactor, k.MaxAnneals = s.AnnealEvery, s.AnnealFactor, s.MaxAnneals
+	k.Init = init
 	if s.AnnealEvery == 0 {
 		k.AnnealEvery, k.MaxAnneals = 1, 0
 	}
 	return p
 }
 
-// moonsThroughDaemon learns the network of settings s from the points x
+// moonsThroughDaemon learns the network of settings s, with initial
+// weights init, from the points x
 // as messages through a daemon: the epochs (a new random order of the
 // points each, cut as learnEpochs cuts them) are written to a
 // recorded stream, which is replayed through JetStream into a daemon
@@ -61,7 +64,7 @@ func KSMPointsPipeline(name, subject string, dim, batch int, s hebbian.Settings)
 // learned the daemon's embed endpoint (which never trains) returns the
 // responses to every point. It returns them and the time from the first
 // message replayed to the last one learned.
-func moonsThroughDaemon(ctx context.Context, x *mat.Dense, s hebbian.Settings, batch, steps int, src rand.Source, logs io.Writer) (*mat.Dense, time.Duration, error) {
+func moonsThroughDaemon(ctx context.Context, x *mat.Dense, s hebbian.Settings, init string, batch, steps int, src rand.Source, logs io.Writer) (*mat.Dense, time.Duration, error) {
 	t, dim := x.Dims()
 	const subject = "bench.moons"
 	f, err := os.CreateTemp("", "smtd-moons-*.smtdrec")
@@ -97,7 +100,7 @@ func moonsThroughDaemon(ctx context.Context, x *mat.Dense, s hebbian.Settings, b
 		return nil, 0, err
 	}
 
-	p := KSMPointsPipeline("moons", subject, dim, batch, s)
+	p := KSMPointsPipeline("moons", subject, dim, batch, s, init)
 	in, err := startDaemon(ctx, p, logs)
 	if err != nil {
 		return nil, 0, err

@@ -39,18 +39,19 @@
 // with its own landmark (A.1). Settings.Mixing lets every neuron read
 // every kernel unit through a learned matrix Q (Hebbian, with a
 // preconditioned step), which turns the bound into the full rank-n
-// Nyström approximation: the responses then match Nyström with the
-// learned landmarks and keep improving with n. The paper's network is
-// the diagonal case. Measured with `smtd bench moons` (1600 points,
-// σ = 0.3, minibatches of 64, the rates of A.6; normalised errors
-// ‖K − YYᵀ‖_F/‖K‖_F averaged over 3 seeds):
+// Nyström approximation: the responses then approach Nyström with the
+// learned landmarks. The paper's network is the diagonal case. Measured
+// with `smtd bench moons` (1600 points, σ = 0.3, minibatches of 64;
+// normalised errors ‖K − YYᵀ‖_F/‖K‖_F averaged over 3 seeds):
 //
-//	n                                      8      16      32      64
-//	paper's network (N(0,1) init, A.6)   0.473   0.216   0.163   0.212
-//	Mixing (k-means++ seeded W, λ=1e-4)  0.400   0.117   0.029   0.021
-//	Nyström, k-means landmarks           0.425   0.119   0.046   0.004
-//	Nyström, uniform landmarks           0.640   0.370   0.176   0.023
-//	kernel PCA (optimal)                 0.323   0.100   0.019   0.001
+//	n                                           8      16      32      64
+//	paper's network (N(0,1) init, A.6)        0.473   0.216   0.163   0.212
+//	Mixing (W = first n points, η_w,q = 0.03) 0.420   0.112   0.107   0.141
+//	Nyström, k-means landmarks                0.425   0.119   0.046   0.004
+//	Nyström, uniform landmarks                0.640   0.370   0.176   0.023
+//	kernel PCA (optimal)                      0.323   0.100   0.019   0.001
+//
+// Larger networks want smaller rates than 0.03 (see BENCHMARKS.md).
 //
 // # Baselines
 //
