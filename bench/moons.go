@@ -32,7 +32,7 @@ import (
 //   - with hebbian.Settings.Mixing ("mixing"): a full regulatory matrix
 //     Q, W set to the first n points of the minibatches (what a daemon's
 //     ksm.init: data does), λ = 0.0001, η_w = η_q = 0.03 (-mixing-eta),
-//     η_l = 0.1, annealed twice (30,000 steps).
+//     η_l = 0.1 (-mixing-eta-l), annealed twice (30,000 steps).
 //
 // It prints the normalised error ‖K − YYᵀ‖_F/‖K‖_F over the whole data
 // set of
@@ -77,6 +77,7 @@ func Moons(ctx context.Context, w io.Writer, args []string) error {
 	mixLambda := fs.Float64("mixing-lambda", 0.0001, "λ of the mixing network (responses and Q)")
 	mixAnneals := fs.Int("mixing-anneals", 2, "anneals of the mixing network")
 	mixEta := fs.Float64("mixing-eta", 0.03, "η_w and η_q of the mixing network before annealing")
+	mixEtaL := fs.Float64("mixing-eta-l", 0.1, "η_l of the mixing network before annealing")
 	kmIters := fs.Int("kmeans-iters", 100, "maximum Lloyd iterations of the k-means landmarks")
 	repeats := fs.Int("repeats", 3, "seeds to average the randomised methods over")
 	seed := fs.Uint64("seed", 1, "seed of the data and of the first repeat")
@@ -116,7 +117,7 @@ func Moons(ctx context.Context, w io.Writer, args []string) error {
 		}
 		if name == "mixing" {
 			s.Mixing, s.Lambda, s.MaxAnneals = true, *mixLambda, *mixAnneals
-			s.EtaW, s.EtaQ = *mixEta, *mixEta
+			s.EtaW, s.EtaQ, s.EtaL = *mixEta, *mixEta, *mixEtaL
 		}
 		if s.MaxAnneals == 0 {
 			s.AnnealEvery = 0
