@@ -47,11 +47,7 @@ func SolveSMTNonRedundant(dst *mat.Dense, pb Pencil, s Settings, nr NonRedundant
 		panic(err)
 	}
 	n := pb.Size()
-	if dst.IsEmpty() {
-		dst.ReuseAs(s.Dim, n)
-	} else if r, c := dst.Dims(); r != s.Dim || c != n {
-		panic(mat.ErrShape)
-	}
+	smtShape(dst, s.Dim, n)
 	if src == nil {
 		src = rand.NewPCG(0x5eed, 0x6e7273)
 	}
@@ -59,22 +55,13 @@ func SolveSMTNonRedundant(dst *mat.Dense, pb Pencil, s Settings, nr NonRedundant
 		nr.Lanczos = s.Lanczos
 	}
 	rng := rand.New(src)
-	v := pb.DiagV(nil)
-	var used []int
-	for a, x := range v {
-		if math.IsNaN(x) || math.IsInf(x, 0) || x < 0 {
-			return Result{}, fmt.Errorf("%w: V_%d,%d = %v", ErrNotDefinite, a, a, x)
-		}
-		if x > 0 {
-			used = append(used, a)
-		}
-	}
+	v, used, err := usedAtoms(pb, s.Dim+s.Drop)
 	res := Result{Atoms: len(used), Method: Lanczos}
+	if err != nil {
+		return res, err
+	}
 	if !pb.DiagonalV() {
 		return res, fmt.Errorf("spectral: the non-redundant solve needs a diagonal V (1-hot codes)")
-	}
-	if want := s.Dim + s.Drop; len(used) < want {
-		return res, fmt.Errorf("%w: %d in use, %d wanted", ErrTooFewAtoms, len(used), want)
 	}
 	nu := len(used)
 	q := &diagOp{pb: pb, used: used, n: n}

@@ -144,28 +144,15 @@ func SolveSMT(dst *mat.Dense, pb Pencil, s Settings, src rand.Source) (Result, e
 		panic(err)
 	}
 	n := pb.Size()
-	if dst.IsEmpty() {
-		dst.ReuseAs(s.Dim, n)
-	} else if r, c := dst.Dims(); r != s.Dim || c != n {
-		panic(mat.ErrShape)
-	}
+	smtShape(dst, s.Dim, n)
 	if src == nil {
 		src = rand.NewPCG(0x5eed, 0x5c7a1)
 	}
-	v := pb.DiagV(nil)
-	var used []int
-	for a, x := range v {
-		if math.IsNaN(x) || math.IsInf(x, 0) || x < 0 {
-			return Result{}, fmt.Errorf("%w: V_%d,%d = %v", ErrNotDefinite, a, a, x)
-		}
-		if x > 0 {
-			used = append(used, a)
-		}
-	}
-	res := Result{Atoms: len(used)}
 	want := s.Dim + s.Drop
-	if len(used) < want {
-		return res, fmt.Errorf("%w: %d in use, %d wanted", ErrTooFewAtoms, len(used), want)
+	v, used, err := usedAtoms(pb, want)
+	res := Result{Atoms: len(used)}
+	if err != nil {
+		return res, err
 	}
 	method := s.Method
 	if method == Auto {
@@ -182,7 +169,6 @@ func SolveSMT(dst *mat.Dense, pb Pencil, s Settings, src rand.Source) (Result, e
 	var u *mat.Dense   // nu×want eigenvectors of Q
 	var vals []float64 // their eigenvalues
 	var vih *mat.Dense // V^(−1/2) on the used atoms, nil when diagonal
-	var err error
 	switch {
 	case method == Lanczos:
 		op := &diagOp{pb: pb, used: used, n: n}
@@ -240,6 +226,37 @@ func SolveSMT(dst *mat.Dense, pb Pencil, s Settings, src rand.Source) (Result, e
 		}
 	}
 	return res, err
+}
+
+// smtShape sizes an empty dst to dim×n and panics with mat.ErrShape if a
+// non-empty one has another shape.
+func smtShape(dst *mat.Dense, dim, n int) {
+	if dst.IsEmpty() {
+		dst.ReuseAs(dim, n)
+	} else if r, c := dst.Dims(); r != dim || c != n {
+		panic(mat.ErrShape)
+	}
+}
+
+// usedAtoms returns the diagonal of the pencil's V and the atoms in use
+// (V_aa > 0). It returns an error wrapping ErrNotDefinite for a negative
+// or non-finite entry, and one wrapping ErrTooFewAtoms (with the atoms in
+// use) if fewer than want are used.
+func usedAtoms(pb Pencil, want int) ([]float64, []int, error) {
+	v := pb.DiagV(nil)
+	var used []int
+	for a, x := range v {
+		if math.IsNaN(x) || math.IsInf(x, 0) || x < 0 {
+			return nil, nil, fmt.Errorf("%w: V_%d,%d = %v", ErrNotDefinite, a, a, x)
+		}
+		if x > 0 {
+			used = append(used, a)
+		}
+	}
+	if len(used) < want {
+		return v, used, fmt.Errorf("%w: %d in use, %d wanted", ErrTooFewAtoms, len(used), want)
+	}
+	return v, used, nil
 }
 
 // diagOp is Q = D^(−1/2) L D^(−1/2) restricted to the used atoms, for a
