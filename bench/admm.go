@@ -81,6 +81,24 @@ func admmLearn(ctx context.Context, m *sgd.ADMM, x *mat.Dense, batch, steps int,
 	})
 }
 
+// admmLearnCurve learns f.iters minibatches of x (admmLearn, minibatch
+// order from f.seed) and prints name_r2_iter_S, the R² of the whole set,
+// after every step S for which at(S) holds. It returns the time spent
+// learning, the evaluations left out.
+func admmLearnCurve(ctx context.Context, w io.Writer, m *sgd.ADMM, x *mat.Dense, f admmFlags, name string, at func(step int) bool) (time.Duration, error) {
+	var train time.Duration
+	start := time.Now()
+	err := admmLearn(ctx, m, x, f.batch, f.iters, rand.NewPCG(f.seed, 0x6d62), func(step int) error {
+		if at(step) {
+			train += time.Since(start)
+			fmt.Fprintf(w, "%s_r2_iter_%d: %.4f\n", name, step, admmEvaluate(m, x).r2)
+			start = time.Now()
+		}
+		return nil
+	})
+	return train + time.Since(start), err
+}
+
 // admmFit is how well a learner reconstructs a data set.
 type admmFit struct {
 	r2, r2W  float64 // R² with the implicit dictionary A, and with c·Wᵀ
@@ -253,17 +271,7 @@ func ADMMSynthetic(ctx context.Context, w io.Writer, args []string) error {
 		}
 		name := fmt.Sprintf("admm_synthetic_schedule%d", sch)
 		fmt.Fprintf(w, "%s_r2_iter_0: %.4f\n", name, admmEvaluate(m, x).r2)
-		var train time.Duration
-		start := time.Now()
-		err = admmLearn(ctx, m, x, f.batch, f.iters, rand.NewPCG(f.seed, 0x6d62), func(step int) error {
-			if slices.Contains(checks, step) {
-				train += time.Since(start)
-				fmt.Fprintf(w, "%s_r2_iter_%d: %.4f\n", name, step, admmEvaluate(m, x).r2)
-				start = time.Now()
-			}
-			return nil
-		})
-		train += time.Since(start)
+		train, err := admmLearnCurve(ctx, w, m, x, f, name, func(step int) bool { return slices.Contains(checks, step) })
 		if err != nil {
 			return fmt.Errorf("bench admm-synthetic: schedule %d: %w", sch, err)
 		}
@@ -406,17 +414,9 @@ func admmRealData(ctx context.Context, w io.Writer, prefix string, x *mat.Dense,
 		return err
 	}
 	fmt.Fprintf(w, "%s_r2_iter_0: %.4f\n", prefix, admmEvaluate(m, x).r2)
-	var train time.Duration
-	start := time.Now()
-	err = admmLearn(ctx, m, x, f.batch, f.iters, rand.NewPCG(f.seed, 0x6d62), func(step int) error {
-		if every > 0 && step%every == 0 && step < f.iters {
-			train += time.Since(start)
-			fmt.Fprintf(w, "%s_r2_iter_%d: %.4f\n", prefix, step, admmEvaluate(m, x).r2)
-			start = time.Now()
-		}
-		return nil
+	train, err := admmLearnCurve(ctx, w, m, x, f, prefix, func(step int) bool {
+		return every > 0 && step%every == 0 && step < f.iters
 	})
-	train += time.Since(start)
 	if err != nil {
 		return fmt.Errorf("bench %s: %w", strings.ReplaceAll(prefix, "_", "-"), err)
 	}
