@@ -153,8 +153,9 @@ const (
 // ADMM configures dictionary learning by kernel matching
 // (dictionary-learning-kernel-matching-admm, sections 2-4; package sgd's
 // ADMM): per minibatch, Z-steps (proximal or projected gradient), P-, M-
-// and W-steps, the rows of W normalised; the codes z of each input are
-// its output, and the implicit dictionary A = (1/T) X Zᵀ H⁻¹ is kept from
+// and W-steps (the rows of W normalised for the sparse prior); the codes
+// z of each input are its output, and the implicit dictionary
+// A = (1/T) X Zᵀ H⁻¹ (times 1 + ω for the simplex prior) is kept from
 // running sums. Images are flattened after Crop, as for ksm.
 type ADMM struct {
 	// Atoms is K, the number of atoms and the length of the codes.
