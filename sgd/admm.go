@@ -254,13 +254,12 @@ func (e *ADMMError) Error() string {
 //
 // A fresh sample is initialised as in section 4.1: z from
 // WarmIterations accelerated (FISTA) updates for the current W (the warm
-// start), started
-// at z = 0 (R₁) or at the vertex of the nearest atom (R₂, the k-means
-// code), P_i = zzᵀ + ωI and M_i = ½WWᵀ (the value the M-step gives, so
-// that E = 0). With one pass per minibatch, schedules 1 and 2 then take
-// identical steps; from the second pass on, M lags W by one W-step in
-// Schedule2 (the first Z-update of a pass sees the P left by the previous
-// pass) and the two differ. Schedule3's Z-step adds the quartic
+// start), started at z = 0 (R₁) or at the vertex of the nearest atom (R₂,
+// the k-means code), P_i = zzᵀ + ωI and M_i = ½WWᵀ (the value the M-step
+// gives, so that E = 0). With one pass per minibatch, schedules 1 and 2
+// then take identical steps; from the second pass on, M lags W by one
+// W-step in Schedule2 (the first Z-update of a pass sees the P left by the
+// previous pass) and the two differ. Schedule3's Z-step adds the quartic
 // penalty's gradient 2ρ((zᵀz)z − (z̃ᵀz)z̃), which holds the codes near the
 // z̃ of the last P-step; it needs the warm start (WarmIterations defaults
 // to Iterations for it) and a smaller step than 1/L (see zStep).
@@ -454,9 +453,8 @@ func (a *ADMM) Finite() bool {
 // scaled to unit norm for PriorSparse and by 1/WeightScale for
 // PriorSimplex (so that the atoms are the anchors the codes mix); an
 // all-zero row (an atom k-means has not seeded) keeps the current row of
-// W. It returns an error,
-// leaving the learner unchanged, if atoms holds NaN or Inf, and panics
-// with mat.ErrShape if atoms is not K×N.
+// W. It returns an error, leaving the learner unchanged, if atoms holds
+// NaN or Inf, and panics with mat.ErrShape if atoms is not K×N.
 func (a *ADMM) WarmStart(atoms mat.Matrix) error {
 	r, c := atoms.Dims()
 	if r != a.s.K || c != a.dim {
