@@ -69,8 +69,9 @@ func New(cfg *config.Config, opts Options) (*Daemon, error) {
 
 // Start starts (or connects to) NATS, restores every pipeline from its
 // latest checkpoint, subscribes the pipelines and registers the micro
-// service. The pipelines run until Shutdown. If Start fails, everything it
-// started is stopped again.
+// service; once it returns, the service endpoints answer requests. The
+// pipelines run until Shutdown. If Start fails, everything it started is
+// stopped again.
 func (d *Daemon) Start(ctx context.Context) (err error) {
 	defer func() {
 		if err != nil {
@@ -125,6 +126,12 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 	}
 	if d.svc, err = d.addService(); err != nil {
 		return err
+	}
+	// The endpoints' subscriptions travel to the server asynchronously; a
+	// round trip makes sure a request sent once Start has returned finds
+	// them (otherwise it can fail with "no responders").
+	if err := d.nc.FlushTimeout(10 * time.Second); err != nil {
+		return fmt.Errorf("smtd: registering the service endpoints: %w", err)
 	}
 	return nil
 }
