@@ -695,15 +695,20 @@ func (a *ADMM) prox(z []float64, eta float64, sorted []float64) {
 		admmProjectSimplex(z, z, sorted)
 		return
 	}
-	thr := a.s.lambda() * eta
-	for j, v := range z {
+	softThreshold(z, a.s.lambda()*eta)
+}
+
+// softThreshold applies S_t(x) = sign(x)·max(|x| − t, 0) to every entry
+// of x in place.
+func softThreshold(x []float64, t float64) {
+	for j, v := range x {
 		switch {
-		case v > thr:
-			z[j] = v - thr
-		case v < -thr:
-			z[j] = v + thr
+		case v > t:
+			x[j] = v - t
+		case v < -t:
+			x[j] = v + t
 		default:
-			z[j] = 0
+			x[j] = 0
 		}
 	}
 }

@@ -575,18 +575,7 @@ func (m *SMT) finishStep(st *Stats, cols int64) error {
 	// Step 2: shrink column a of P (row a of Pᵀ) by η γ₁ ⟨α_a⟩.
 	if g1 := m.s.Gamma1; g1 > 0 {
 		for a := 0; a < n; a++ {
-			t := eta * g1 * m.v[a]
-			row := nr.Data[a*nr.Stride : a*nr.Stride+dim]
-			for l, x := range row {
-				switch {
-				case x > t:
-					row[l] = x - t
-				case x < -t:
-					row[l] = x + t
-				default:
-					row[l] = 0
-				}
-			}
+			softThreshold(nr.Data[a*nr.Stride:a*nr.Stride+dim], eta*g1*m.v[a])
 		}
 	}
 
