@@ -293,7 +293,24 @@ type Input struct {
 	Stream string `yaml:"stream"`
 	// MaxBytes rejects larger messages. Default 4 MiB.
 	MaxBytes int `yaml:"max_bytes"`
+	// MaxValue bounds raw float32 image values: a message with a value
+	// outside [−MaxValue, MaxValue] is rejected (reason out_of_range).
+	// uint8 and PNG images are scaled to [0, 1] and always fit. Default
+	// 1000.
+	MaxValue float64 `yaml:"max_value" live:"true"`
+	// OnReset says what happens when the stream under a checkpoint was
+	// deleted and recreated, or the checkpoint belongs to another instance
+	// of the stream: restart (default) keeps the model and reads the
+	// stream from its first message; refuse does not start the pipeline.
+	// Either way the daemon logs it and publishes an event.
+	OnReset string `yaml:"on_reset"`
 }
+
+// Policies for a stream reset under a checkpoint.
+const (
+	ResetRestart = "restart" // keep the model, read the new stream from its start
+	ResetRefuse  = "refuse"  // do not start the pipeline
+)
 
 // Output encodings.
 const (
@@ -308,6 +325,20 @@ type Output struct {
 	Subject string `yaml:"subject"`
 	// Encoding is float32 (default) or json.
 	Encoding string `yaml:"encoding" live:"true"`
+	// Transport is core (default: plain publishes, at-least-once across
+	// crashes: outputs of messages applied after the last checkpoint are
+	// published again after a restart) or jetstream (published into the
+	// stream Stream with Nats-Msg-Id <pipeline>:<source sequence>, so the
+	// server drops a republished output within DuplicateWindow:
+	// effectively once).
+	Transport string `yaml:"transport"`
+	// Stream is the output stream of transport jetstream. Default
+	// SMTD_OUT_<NAME>, created if absent.
+	Stream string `yaml:"stream"`
+	// DuplicateWindow is how long the output stream remembers message
+	// IDs: a restart must come within it for outputs to stay
+	// effectively once. Default 10m.
+	DuplicateWindow time.Duration `yaml:"duplicate_window"`
 }
 
 // Batch configures micro-batching.
@@ -528,6 +559,15 @@ func (p *Pipeline) PatchesPerImage() int {
 	rows := (p.Image.Height-p.Patches.Size)/p.Patches.Stride + 1
 	cols := (p.Image.Width-p.Patches.Size)/p.Patches.Stride + 1
 	return rows * cols
+}
+
+// OutputStreamName returns the JetStream stream of a pipeline's outputs
+// (output transport jetstream).
+func (p *Pipeline) OutputStreamName() string {
+	if p.Output.Stream != "" {
+		return p.Output.Stream
+	}
+	return "SMTD_OUT_" + upperName(p.Name)
 }
 
 // String names the pipeline for logs.

@@ -44,8 +44,10 @@ func DefaultPipeline(m Modality, name string) Pipeline {
 		Input: Input{
 			Transport: JetStream,
 			MaxBytes:  4 << 20,
+			MaxValue:  1000,
+			OnReset:   ResetRestart,
 		},
-		Output: Output{Subject: "smtd.out." + name, Encoding: Float32},
+		Output: Output{Subject: "smtd.out." + name, Encoding: Float32, Transport: Core, DuplicateWindow: 10 * time.Minute},
 		Batch:  Batch{Size: 32, Timeout: 100 * time.Millisecond},
 		Image:  ImageShape{Width: 28, Height: 28, Channels: 1},
 		Patches: Patches{

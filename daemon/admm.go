@@ -84,7 +84,7 @@ func (m *admmModel) learn(batch []sample) ([]output, error) {
 		return out, nil
 	}
 	if err := m.admm.Step(&m.x); err != nil {
-		return out, fmt.Errorf("admm: %w", err)
+		return out, fmt.Errorf("admm: %w: %w", errRefused, err)
 	}
 	return out, nil
 }
@@ -97,7 +97,7 @@ func (m *admmModel) snapshot() model {
 
 func (m *admmModel) rollback(to model) { m.admm = to.(*admmModel).admm.Clone() }
 
-func (m *admmModel) finite() bool { return m.admm.Finite() }
+func (m *admmModel) check() error { return stageError("admm", finiteCheck(m.admm.Finite())) }
 
 func (m *admmModel) tune(p *config.Pipeline) { mustTune(m.admm.SetSettings(admmSettings(p))) }
 

@@ -50,9 +50,23 @@ type Checkpoint struct {
 	Config       []byte // the pipeline's config as YAML
 	Input        string // input subject
 	Stream       string // JetStream stream, empty for core NATS
-	LastSeq      uint64 // last applied stream sequence (0: none)
-	RNG          []byte // the PCG state (math/rand/v2)
-	Sections     []Section
+	// StreamCreated is when Stream was created: with its name, the
+	// identity of the stream instance LastSeq counts in (zero in
+	// checkpoints of core NATS pipelines and of older smtd versions).
+	StreamCreated time.Time
+	LastSeq       uint64 // last applied stream sequence (0: none)
+	RNG           []byte // the PCG state (math/rand/v2)
+	Sections      []Section
+	// Counters are the pipeline's counters when the checkpoint was
+	// written; they continue from there after a restore.
+	Counters CounterState
+}
+
+// CounterState is the part of a pipeline's counters kept in checkpoints.
+type CounterState struct {
+	Received, Redelivered, Rejected, Learned, NotLearned int64
+	Published, Rollbacks, Lost, Checkpoints              int64
+	ByReason                                             map[string]int64
 }
 
 // encodeCheckpoint writes c in the checkpoint file format.

@@ -100,22 +100,10 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 	d.cancel = cancel
 	for _, pc := range d.cfg.Pipelines {
 		pl := newPipeline(d, pc)
-		if err := d.restore(ctx, pl); err != nil {
-			return err
-		}
-		pl.publishSnapshot()
-		if pc.Input.Transport == config.Core {
-			pl.in, err = newCoreIntake(d.nc, &pl.cfg, pl.lastSeq)
-		} else {
-			pl.in, pl.stream, err = newJSIntake(ctx, d.js, d.cfg, &pl.cfg, pl.lastSeq)
-		}
-		if err != nil {
+		if err := d.startPipeline(ctx, pl); err != nil {
 			return err
 		}
 		d.pipelines = append(d.pipelines, pl)
-		d.log.Info().Str("pipeline", pc.Name).Str("modality", string(pc.Modality)).Str("input", pc.Input.Subject).
-			Str("transport", pc.Input.Transport).Str("stream", pl.stream).Str("output", pc.Output.Subject).
-			Uint64("model_version", pl.version).Uint64("resume_after_seq", pl.lastSeq).Msg("pipeline started")
 	}
 	for _, pl := range d.pipelines {
 		d.wg.Add(1)
@@ -136,44 +124,39 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 	return nil
 }
 
-// restore loads the newest checkpoint of pl, from disk or from the object
-// store, whichever is newer. A checkpoint that does not fit is an error:
-// the daemon refuses to start rather than train a half-loaded model.
-func (d *Daemon) restore(ctx context.Context, pl *pipeline) error {
-	var best *Checkpoint
-	var from string
-	files, err := checkpointFiles(d.checkpointDir(pl.cfg.Name))
+// startPipeline restores pl from its newest good checkpoint and attaches
+// its intake and, with output transport jetstream, its output stream.
+func (d *Daemon) startPipeline(ctx context.Context, pl *pipeline) error {
+	pc := &pl.cfg
+	var st *streamState
+	if pc.Input.Transport == config.JetStream {
+		s, _, err := ensureStream(ctx, d.js, d.cfg, pc)
+		if err != nil {
+			return err
+		}
+		st = &s
+	}
+	plan, err := d.restore(ctx, pl, st)
 	if err != nil {
 		return err
 	}
-	if len(files) > 0 {
-		from = files[len(files)-1]
-		if best, err = ReadCheckpoint(from); err != nil {
+	pl.publishSnapshot()
+	if st == nil {
+		pl.in, err = newCoreIntake(d.nc, pc, pl.lastSeq)
+	} else {
+		err = pl.attach(ctx, *st, plan)
+	}
+	if err != nil {
+		return err
+	}
+	if pc.Output.Transport == config.JetStream {
+		if err := ensureOutputStream(ctx, d.js, d.cfg, pc); err != nil {
 			return err
 		}
 	}
-	if d.store != nil {
-		data, name, err := d.store.get(ctx, pl.cfg.Name)
-		if err != nil {
-			d.log.Warn().Err(err).Str("pipeline", pl.cfg.Name).Msg("reading the latest checkpoint from JetStream")
-		} else if data != nil {
-			c, err := DecodeCheckpoint(data)
-			if err != nil {
-				return fmt.Errorf("object %s/%s: %w", checkpointBucket, name, err)
-			}
-			if best == nil || c.ModelVersion > best.ModelVersion {
-				best, from = c, checkpointBucket+"/"+name
-			}
-		}
-	}
-	if best == nil {
-		return nil
-	}
-	if err := pl.restore(best); err != nil {
-		return fmt.Errorf("restoring %s: %w", from, err)
-	}
-	d.log.Info().Str("pipeline", pl.cfg.Name).Str("from", from).Uint64("model_version", best.ModelVersion).
-		Int64("samples", best.Samples).Uint64("last_seq", best.LastSeq).Msg("checkpoint restored")
+	d.log.Info().Str("pipeline", pc.Name).Str("modality", string(pc.Modality)).Str("input", pc.Input.Subject).
+		Str("transport", pc.Input.Transport).Str("stream", pl.stream.name).Str("output", pc.Output.Subject).
+		Str("output_transport", pc.Output.Transport).Uint64("model_version", pl.version).Uint64("resume_after_seq", pl.lastSeq).Msg("pipeline started")
 	return nil
 }
 

@@ -403,8 +403,17 @@ func (m *imageModel) rollback(to model) {
 	}
 }
 
-func (m *imageModel) finite() bool {
-	return m.km.Finite() && m.white.Finite() && (m.smt == nil || m.smt.Finite())
+func (m *imageModel) check() error {
+	if err := stageError("whitening", finiteCheck(m.white.Finite())); err != nil {
+		return err
+	}
+	if err := stageError("kmeans", finiteCheck(m.km.Finite())); err != nil {
+		return err
+	}
+	if m.smt != nil {
+		return stageError("smt", finiteCheck(m.smt.Finite()))
+	}
+	return nil
 }
 
 // part is one serialisable stage of a model, stored as a checkpoint

@@ -29,6 +29,9 @@ type intake interface {
 	// its requests while the stream is idle, and batch boundaries never
 	// depend on timing.
 	next(ctx context.Context, max int, wait time.Duration) ([]inMsg, error)
+	// backlog is how many messages wait: read but not yet returned, and
+	// those the stream holds after the newest one read.
+	backlog() uint64
 	stop()
 }
 
@@ -57,22 +60,37 @@ func (p *pending) take(max int, whole bool) []inMsg {
 type jsIntake struct {
 	cons jetstream.Consumer
 	pending
+	// lag is the number of messages of the stream after the newest one
+	// fetched (the consumer's pending count), for health and status.
+	lag uint64
 }
 
 // consumerName is the durable consumer of a pipeline.
 func consumerName(p *config.Pipeline) string { return "smtd-" + p.Name }
 
-// newJSIntake makes sure the pipeline's stream exists and (re)creates its
-// durable consumer so that delivery starts right after lastSeq, the last
-// sequence the restored model has applied: messages applied after the
-// checkpoint but lost in a crash are read again, none is skipped.
-func newJSIntake(ctx context.Context, js jetstream.JetStream, cfg *config.Config, p *config.Pipeline, lastSeq uint64) (*jsIntake, string, error) {
-	stream, err := js.StreamNameBySubject(ctx, p.Input.Subject)
+// streamState is one instance of a JetStream stream and the sequences it
+// holds. A stream deleted and created again under the same name is another
+// instance: its creation time differs and its sequences start again at 1.
+type streamState struct {
+	name        string
+	created     time.Time
+	first, last uint64 // first and last sequence held; first = last+1 when empty
+}
+
+func newStreamState(info *jetstream.StreamInfo) streamState {
+	return streamState{name: info.Config.Name, created: info.Created.UTC(), first: info.State.FirstSeq, last: info.State.LastSeq}
+}
+
+// ensureStream returns the state of the stream that captures the
+// pipeline's input subject, creating it if there is none.
+func ensureStream(ctx context.Context, js jetstream.JetStream, cfg *config.Config, p *config.Pipeline) (streamState, bool, error) {
+	name, err := js.StreamNameBySubject(ctx, p.Input.Subject)
+	created := false
+	var s jetstream.Stream
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
-		stream = p.StreamName()
-		_, err = js.CreateStream(ctx, jetstream.StreamConfig{
-			Name:        stream,
+		s, err = js.CreateStream(ctx, jetstream.StreamConfig{
+			Name:        p.StreamName(),
 			Description: "smtd input of pipeline " + p.Name,
 			Subjects:    []string{p.Input.Subject},
 			Retention:   jetstream.LimitsPolicy,
@@ -82,14 +100,27 @@ func newJSIntake(ctx context.Context, js jetstream.JetStream, cfg *config.Config
 			Storage:     jetstream.FileStorage,
 		})
 		if err != nil {
-			return nil, "", fmt.Errorf("smtd: creating stream %s for %s: %w", stream, p.Input.Subject, err)
+			return streamState{}, false, fmt.Errorf("smtd: creating stream %s for %s: %w", p.StreamName(), p.Input.Subject, err)
 		}
+		created = true
 	case err != nil:
-		return nil, "", fmt.Errorf("smtd: looking up the stream of %s: %w", p.Input.Subject, err)
+		return streamState{}, false, fmt.Errorf("smtd: looking up the stream of %s: %w", p.Input.Subject, err)
+	default:
+		if s, err = js.Stream(ctx, name); err != nil {
+			return streamState{}, false, fmt.Errorf("smtd: stream %s: %w", name, err)
+		}
 	}
+	return newStreamState(s.CachedInfo()), created, nil
+}
+
+// newJSIntake (re)creates the pipeline's durable consumer on stream so
+// that delivery starts right after after, the last sequence the restored
+// model has applied (0: from the first message): messages applied after
+// the checkpoint but lost in a crash are read again, none is skipped.
+func newJSIntake(ctx context.Context, js jetstream.JetStream, stream string, p *config.Pipeline, after uint64) (*jsIntake, error) {
 	name := consumerName(p)
 	if err := js.DeleteConsumer(ctx, stream, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return nil, "", fmt.Errorf("smtd: resetting consumer %s on %s: %w", name, stream, err)
+		return nil, fmt.Errorf("smtd: resetting consumer %s on %s: %w", name, stream, err)
 	}
 	cc := jetstream.ConsumerConfig{
 		Durable:       name,
@@ -100,15 +131,15 @@ func newJSIntake(ctx context.Context, js jetstream.JetStream, cfg *config.Config
 		MaxAckPending: 4 * p.Batch.Size,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 	}
-	if lastSeq > 0 {
+	if after > 0 {
 		cc.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
-		cc.OptStartSeq = lastSeq + 1
+		cc.OptStartSeq = after + 1
 	}
 	cons, err := js.CreateConsumer(ctx, stream, cc)
 	if err != nil {
-		return nil, "", fmt.Errorf("smtd: creating consumer %s on %s: %w", name, stream, err)
+		return nil, fmt.Errorf("smtd: creating consumer %s on %s: %w", name, stream, err)
 	}
-	return &jsIntake{cons: cons}, stream, nil
+	return &jsIntake{cons: cons}, nil
 }
 
 func (in *jsIntake) next(ctx context.Context, max int, wait time.Duration) ([]inMsg, error) {
@@ -129,6 +160,7 @@ func (in *jsIntake) next(ctx context.Context, max int, wait time.Duration) ([]in
 				continue // not a JetStream message; cannot happen on a pull consumer
 			}
 			in.msgs = append(in.msgs, inMsg{header: m.Headers(), data: m.Data(), seq: md.Sequence.Stream, ack: m.Ack})
+			in.lag = md.NumPending
 		}
 		if err := b.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
 			return in.take(max, whole), err
@@ -136,6 +168,8 @@ func (in *jsIntake) next(ctx context.Context, max int, wait time.Duration) ([]in
 	}
 	return in.take(max, whole), ctx.Err()
 }
+
+func (in *jsIntake) backlog() uint64 { return in.lag + uint64(len(in.msgs)) }
 
 func (in *jsIntake) stop() {}
 
@@ -193,6 +227,8 @@ func (in *coreIntake) next(ctx context.Context, max int, wait time.Duration) ([]
 	}
 	return in.take(max, whole), nil
 }
+
+func (in *coreIntake) backlog() uint64 { return uint64(len(in.ch) + len(in.msgs)) }
 
 func (in *coreIntake) stop() {
 	close(in.done)

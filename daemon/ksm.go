@@ -86,7 +86,7 @@ func (m *ksmModel) learn(batch []sample) ([]output, error) {
 	m.seed(x)
 	if err := m.net.Step(&m.y, x); err != nil {
 		m.net.Transform(&m.y, x)
-		return rowOutputs(&m.y, batch), fmt.Errorf("ksm: %w", err)
+		return rowOutputs(&m.y, batch), fmt.Errorf("ksm: %w: %w", errRefused, err)
 	}
 	return rowOutputs(&m.y, batch), nil
 }
@@ -120,7 +120,7 @@ func (m *ksmModel) rollback(to model) {
 	m.net, m.seeded = from.net.Clone(), from.seeded
 }
 
-func (m *ksmModel) finite() bool { return m.net.Finite() }
+func (m *ksmModel) check() error { return stageError("ksm", finiteCheck(m.net.Finite())) }
 
 func (m *ksmModel) tune(p *config.Pipeline) { mustTune(m.net.SetSettings(ksmSettings(p))) }
 

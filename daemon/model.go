@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 
@@ -18,7 +19,8 @@ type model interface {
 	// that no work is done twice). Its randomness comes only from the
 	// source the model was built with. An error reports a stage that
 	// could not learn from this batch (and was left as it was); the
-	// outputs are still valid.
+	// outputs are still valid. An error wrapping errRefused means no
+	// stage learned: the model is exactly as before.
 	learn(batch []sample) ([]output, error)
 	// flush brings derived state up to date before a checkpoint.
 	flush() error
@@ -28,9 +30,10 @@ type model interface {
 	// rollback returns the parameters to those of a snapshot, after a
 	// learning step that diverged.
 	rollback(to model)
-	// finite reports whether every parameter is finite; false means the
-	// learner diverged.
-	finite() bool
+	// check reports whether every stage is finite and non-degenerate;
+	// an error names the stage and what is wrong, and makes the pipeline
+	// roll the model back.
+	check() error
 	// tune applies the live fields of p (learning rates, thresholds, ...).
 	tune(p *config.Pipeline)
 	// sections returns the model's state for a checkpoint.
@@ -71,4 +74,27 @@ func findSection(secs []Section, name string) ([]byte, error) {
 		}
 	}
 	return nil, fmt.Errorf("smtd: checkpoint has no %q Section", name)
+}
+
+// errRefused is wrapped by learn errors after which the model is
+// unchanged: the batch does not count as a model version.
+var errRefused = errors.New("step refused, model unchanged")
+
+// stageError names the stage of a model whose check failed.
+func stageError(stage string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", stage, err)
+}
+
+// errNotFinite is what a stage without a finer check reports.
+var errNotFinite = errors.New("parameters are not finite")
+
+// finiteCheck turns a stage's finiteness into a check result.
+func finiteCheck(ok bool) error {
+	if !ok {
+		return errNotFinite
+	}
+	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -132,15 +133,9 @@ func (s *checkpointStore) put(ctx context.Context, pipeline, name string, data [
 	if _, err := s.latest.PutString(ctx, pipeline, obj); err != nil {
 		return obj, err
 	}
-	infos, err := s.obj.List(ctx)
-	if err != nil && !errors.Is(err, jetstream.ErrNoObjectsFound) {
+	mine, err := s.list(ctx, pipeline)
+	if err != nil {
 		return obj, err
-	}
-	var mine []string
-	for _, in := range infos {
-		if len(in.Name) > len(pipeline) && in.Name[:len(pipeline)+1] == pipeline+"/" {
-			mine = append(mine, in.Name)
-		}
 	}
 	slices.Sort(mine)
 	for len(mine) > keep {
@@ -150,16 +145,20 @@ func (s *checkpointStore) put(ctx context.Context, pipeline, name string, data [
 	return obj, nil
 }
 
-// get returns the newest checkpoint of a pipeline, or nil if there is none.
-func (s *checkpointStore) get(ctx context.Context, pipeline string) ([]byte, string, error) {
-	e, err := s.latest.Get(ctx, pipeline)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, "", nil
+// list returns the names of a pipeline's checkpoint objects.
+func (s *checkpointStore) list(ctx context.Context, pipeline string) ([]string, error) {
+	infos, err := s.obj.List(ctx)
+	if errors.Is(err, jetstream.ErrNoObjectsFound) {
+		return nil, nil
 	}
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
-	name := string(e.Value())
-	data, err := s.obj.GetBytes(ctx, name)
-	return data, name, err
+	var names []string
+	for _, in := range infos {
+		if strings.HasPrefix(in.Name, pipeline+"/") {
+			names = append(names, in.Name)
+		}
+	}
+	return names, nil
 }

@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"gopkg.in/yaml.v3"
 
@@ -25,11 +27,28 @@ type snapshot struct {
 }
 
 // counters are a pipeline's running totals, readable from any goroutine.
+// Every message read is counted once: received = rejected + learned +
+// notLearned once its batch is done. They are kept in checkpoints, so
+// after a restart they continue from the checkpoint's values (messages
+// applied after it are read, and counted, again).
 type counters struct {
-	received, learned, rejected, published, checkpoints, rollbacks atomic.Int64
-	lastSeq                                                        atomic.Uint64
-	mu                                                             sync.Mutex
-	byReason                                                       map[string]int64
+	// received counts messages read for the first time; redelivered,
+	// messages delivered again that the model had already applied
+	// (skipped).
+	received, redelivered atomic.Int64
+	// rejected counts invalid messages (by reason in byReason); learned,
+	// the valid ones the model learned from; notLearned, valid ones of
+	// batches a learner refused or that were rolled back.
+	rejected, learned, notLearned atomic.Int64
+	// published counts outputs published; rollbacks, batches rolled
+	// back; lost, messages removed from the stream before they were
+	// learned (purges, stream limits, resets).
+	published, rollbacks, lost, checkpoints atomic.Int64
+	lastSeq                                 atomic.Uint64
+	// backlog is how many input messages wait (health: lagging).
+	backlog  atomic.Uint64
+	mu       sync.Mutex
+	byReason map[string]int64
 }
 
 func (c *counters) reject(reason string) {
@@ -40,6 +59,61 @@ func (c *counters) reject(reason string) {
 	}
 	c.byReason[reason]++
 	c.mu.Unlock()
+}
+
+// state returns the counters for a checkpoint.
+func (c *counters) state() CounterState {
+	s := CounterState{
+		Received: c.received.Load(), Learned: c.learned.Load(), Rejected: c.rejected.Load(),
+		Published: c.published.Load(), Redelivered: c.redelivered.Load(), Rollbacks: c.rollbacks.Load(),
+		Checkpoints: c.checkpoints.Load(), NotLearned: c.notLearned.Load(), Lost: c.lost.Load(),
+	}
+	c.mu.Lock()
+	s.ByReason = maps.Clone(c.byReason)
+	c.mu.Unlock()
+	return s
+}
+
+// restore sets the counters from a checkpoint.
+func (c *counters) restore(s CounterState) {
+	c.received.Store(s.Received)
+	c.learned.Store(s.Learned)
+	c.rejected.Store(s.Rejected)
+	c.published.Store(s.Published)
+	c.redelivered.Store(s.Redelivered)
+	c.rollbacks.Store(s.Rollbacks)
+	c.checkpoints.Store(s.Checkpoints)
+	c.notLearned.Store(s.NotLearned)
+	c.lost.Store(s.Lost)
+	c.mu.Lock()
+	c.byReason = maps.Clone(s.ByReason)
+	c.mu.Unlock()
+}
+
+// Health of a pipeline, as smtd.status reports it, most severe first.
+const (
+	// HealthInputMissing: the input stream is gone or cannot be read.
+	HealthInputMissing = "input_missing"
+	// HealthDiverged: the last learning step left the model non-finite or
+	// degenerate and was rolled back.
+	HealthDiverged = "diverged"
+	// HealthStalled: the learner refused the last stalledAfter batches.
+	HealthStalled = "stalled"
+	// HealthLagging: more than lagBatches batches wait in the input.
+	HealthLagging = "lagging"
+	// HealthOK: learning.
+	HealthOK = "ok"
+)
+
+const (
+	stalledAfter = 3
+	lagBatches   = 100
+)
+
+// Health is a pipeline's health and why.
+type Health struct {
+	State  string `json:"state"`
+	Reason string `json:"reason,omitempty"`
 }
 
 // tuneRequest hands a pipeline a new configuration whose differences are
@@ -70,8 +144,9 @@ type pipeline struct {
 	ckpt config.Checkpoint // owned by run
 	log  zerolog.Logger
 	in   intake
-	// stream is the JetStream stream read, empty on core NATS.
-	stream string
+	// stream is the instance of the JetStream stream read; zero on core
+	// NATS.
+	stream streamState
 
 	model   model
 	src     *rand.PCG // the model's only source of randomness
@@ -82,6 +157,15 @@ type pipeline struct {
 	sinceCkpt    int64
 	lastCkptTime time.Time
 	lastCkptSeq  uint64
+
+	// refused counts the batches in a row a learner refused; diverged,
+	// those rolled back; missing says why input cannot be read ("": it
+	// can). With the last error of each they make the health.
+	refused, diverged       int
+	lastRefusal, lastDiverg string
+	missing                 string
+	goneSince               time.Time // when the input stream was found deleted
+	health                  atomic.Pointer[Health]
 
 	snap     atomic.Pointer[snapshot]
 	stats    counters
@@ -105,6 +189,7 @@ func newPipeline(d *Daemon, p config.Pipeline) *pipeline {
 		finished: make(chan struct{}),
 	}
 	pl.model.tune(&p)
+	pl.health.Store(&Health{State: HealthOK})
 	return pl
 }
 
@@ -129,11 +214,18 @@ func (pl *pipeline) restore(c *Checkpoint) error {
 	if err := m.restore(c.Sections); err != nil {
 		return fmt.Errorf("%w: %v", ErrCheckpoint, err)
 	}
+	if err := m.check(); err != nil {
+		return fmt.Errorf("%w: its model is degenerate: %v", ErrCheckpoint, err)
+	}
 	m.tune(&pl.cfg)
 	*pl.src = src
 	pl.model = m
 	pl.version, pl.samples, pl.lastSeq = c.ModelVersion, c.Samples, c.LastSeq
 	pl.lastCkptSeq = c.LastSeq
+	pl.stats.restore(c.Counters)
+	if c.Counters.Learned == 0 {
+		pl.stats.learned.Store(c.Samples) // a checkpoint of an older smtd
+	}
 	pl.stats.lastSeq.Store(c.LastSeq)
 	return nil
 }
@@ -222,14 +314,13 @@ func (pl *pipeline) run(ctx context.Context) {
 			break
 		}
 		if err != nil && len(msgs) == 0 {
-			pl.log.Warn().Err(err).Msg("fetching input")
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
+			pl.inputTrouble(ctx, err)
 			continue
 		}
+		pl.inputFine()
+		pl.stats.backlog.Store(pl.in.backlog())
 		pl.process(msgs)
+		pl.updateHealth()
 		if pl.sinceCkpt >= pl.ckpt.EverySamples || (pl.sinceCkpt > 0 && time.Since(pl.lastCkptTime) >= pl.ckpt.Every) {
 			if _, err := pl.checkpoint(ctx); err != nil {
 				pl.log.Error().Err(err).Msg("checkpoint failed")
@@ -257,12 +348,13 @@ func (pl *pipeline) process(msgs []inMsg) {
 	if len(msgs) == 0 {
 		return
 	}
-	pl.stats.received.Add(int64(len(msgs)))
 	batch := make([]sample, 0, len(msgs))
 	for _, m := range msgs {
-		if m.seq <= pl.lastSeq && pl.stream != "" {
+		if m.seq <= pl.lastSeq && pl.stream.name != "" {
+			pl.stats.redelivered.Add(1)
 			continue // redelivered after being applied: never apply twice
 		}
+		pl.stats.received.Add(1)
 		s, err := decode(&pl.cfg, m.header, m.data)
 		if err != nil {
 			pl.rejectMsg(m.seq, err)
@@ -272,24 +364,7 @@ func (pl *pipeline) process(msgs []inMsg) {
 		batch = append(batch, s)
 	}
 	if len(batch) > 0 {
-		outs, err := pl.model.learn(batch)
-		pl.version++
-		if err != nil {
-			pl.log.Warn().Err(err).Uint64("version", pl.version).Msg("a learning stage skipped this batch")
-			pl.d.publishEvent("events.errors", errorEvent{
-				Pipeline: pl.cfg.Name, Subject: pl.cfg.Input.Subject, Seq: msgs[len(msgs)-1].seq, Reason: "learner", Error: err.Error(),
-			})
-		}
-		if !pl.model.finite() {
-			pl.rollback()
-		} else {
-			pl.publishSnapshot()
-			pl.publishOutputs(outs)
-			pl.publishVocabulary()
-			pl.samples += int64(len(batch))
-			pl.sinceCkpt += int64(len(batch))
-			pl.stats.learned.Add(int64(len(batch)))
-		}
+		pl.learn(batch, msgs[len(msgs)-1].seq)
 	}
 	last := msgs[len(msgs)-1]
 	if last.seq > pl.lastSeq {
@@ -303,17 +378,74 @@ func (pl *pipeline) process(msgs []inMsg) {
 	}
 }
 
-// rollback returns a diverged model to its last good state and reports it;
-// the batch's outputs are not published.
-func (pl *pipeline) rollback() {
-	pl.version--
+// learn applies one batch of valid samples, then checks the model: a
+// model that is no longer finite or has gone degenerate is rolled back
+// and the batch's outputs are not published. The model version counts
+// the batches that changed the model.
+func (pl *pipeline) learn(batch []sample, seq uint64) {
+	outs, err := pl.model.learn(batch)
+	refused := errors.Is(err, errRefused)
+	if err != nil {
+		pl.log.Warn().Err(err).Uint64("version", pl.version).Bool("model_unchanged", refused).Msg("a learning stage skipped this batch")
+		pl.d.publishEvent("events.errors", errorEvent{
+			Pipeline: pl.cfg.Name, Subject: pl.cfg.Input.Subject, Seq: seq, Reason: ReasonLearner, Error: err.Error(),
+		})
+	}
+	if refused {
+		pl.refused++
+		pl.lastRefusal = err.Error()
+	} else {
+		pl.refused = 0
+	}
+	if err := pl.model.check(); err != nil {
+		pl.rollback(seq, err)
+		pl.stats.notLearned.Add(int64(len(batch)))
+		return
+	}
+	pl.diverged = 0
+	if refused {
+		pl.stats.notLearned.Add(int64(len(batch)))
+	} else {
+		pl.version++
+		pl.samples += int64(len(batch))
+		pl.sinceCkpt += int64(len(batch))
+		pl.stats.learned.Add(int64(len(batch)))
+	}
+	pl.publishSnapshot()
+	pl.publishOutputs(outs)
+	pl.publishVocabulary()
+}
+
+// rollback returns a diverged model to its last good state, the snapshot
+// queries see, and reports it; the batch's outputs are not published.
+func (pl *pipeline) rollback(seq uint64, why error) {
 	pl.model.rollback(pl.snap.Load().model)
 	pl.stats.rollbacks.Add(1)
-	pl.log.Error().Uint64("version", pl.version).Msg("model diverged (non-finite parameters); rolled back to the last good state")
+	pl.diverged++
+	pl.lastDiverg = why.Error()
+	pl.log.Error().Err(why).Uint64("version", pl.version).Msg("model diverged; rolled back to the last good state")
 	pl.d.publishEvent("events.errors", errorEvent{
-		Pipeline: pl.cfg.Name, Subject: pl.cfg.Input.Subject, Seq: pl.lastSeq, Reason: "diverged",
-		Error: "non-finite parameters after a learning step; rolled back to version " + fmt.Sprint(pl.version),
+		Pipeline: pl.cfg.Name, Subject: pl.cfg.Input.Subject, Seq: seq, Reason: ReasonDiverged,
+		Error: why.Error() + "; rolled back to version " + fmt.Sprint(pl.version),
 	})
+}
+
+// updateHealth recomputes the pipeline's health from what run saw last.
+func (pl *pipeline) updateHealth() {
+	h := Health{State: HealthOK}
+	switch {
+	case pl.missing != "":
+		h = Health{HealthInputMissing, pl.missing}
+	case pl.diverged > 0:
+		h = Health{HealthDiverged, fmt.Sprintf("%d batches in a row rolled back: %s", pl.diverged, pl.lastDiverg)}
+	case pl.refused >= stalledAfter:
+		h = Health{HealthStalled, fmt.Sprintf("the learner refused %d batches in a row: %s", pl.refused, pl.lastRefusal)}
+	case pl.stats.backlog.Load() > uint64(lagBatches*pl.cfg.Batch.Size):
+		h = Health{HealthLagging, fmt.Sprintf("%d messages wait in the input (more than %d batches)", pl.stats.backlog.Load(), lagBatches)}
+	}
+	if old := pl.health.Load(); old == nil || *old != h {
+		pl.health.Store(&h)
+	}
 }
 
 func (pl *pipeline) rejectMsg(seq uint64, err error) {
@@ -329,17 +461,60 @@ func (pl *pipeline) rejectMsg(seq uint64, err error) {
 	})
 }
 
+// publishOutputs publishes the outputs of a batch. With output transport
+// jetstream each carries the Nats-Msg-Id <pipeline>:<stream epoch>:<source
+// sequence>, so that the output stream drops one published again after a
+// restart (within its duplicate window), and the batch waits for the
+// stream's acknowledgements.
 func (pl *pipeline) publishOutputs(outs []output) {
+	js := pl.cfg.Output.Transport == config.JetStream
+	var acks []jetstream.PubAckFuture
 	for i := range outs {
 		outs[i].version = pl.version
 		outs[i].subject = pl.cfg.Input.Subject
 		m := encodeOutput(&pl.cfg, pl.cfg.Output.Subject, &outs[i])
-		if err := pl.d.nc.PublishMsg(m); err != nil {
+		if !js {
+			if err := pl.d.nc.PublishMsg(m); err != nil {
+				pl.log.Warn().Err(err).Msg("publishing output")
+				continue
+			}
+			pl.stats.published.Add(1)
+			continue
+		}
+		m.Header.Set(jetstream.MsgIDHeader, pl.outputID(outs[i].source.seq))
+		f, err := pl.d.js.PublishMsgAsync(m)
+		if err != nil {
 			pl.log.Warn().Err(err).Msg("publishing output")
 			continue
 		}
-		pl.stats.published.Add(1)
+		acks = append(acks, f)
 	}
+	if len(acks) == 0 {
+		return
+	}
+	timeout := time.NewTimer(10 * time.Second)
+	defer timeout.Stop()
+	for _, f := range acks {
+		select {
+		case a := <-f.Ok():
+			if !a.Duplicate {
+				pl.stats.published.Add(1)
+			}
+		case err := <-f.Err():
+			pl.log.Warn().Err(err).Msg("publishing output to JetStream")
+		case <-timeout.C:
+			pl.log.Warn().Int("outputs", len(acks)).Msg("publishing outputs to JetStream: no acknowledgement within 10s")
+			return
+		}
+	}
+}
+
+// outputID is the Nats-Msg-Id of the output of the input at seq: the
+// pipeline, the input stream's instance and the sequence, so that a
+// recreated input stream, whose sequences start again at 1, is not taken
+// for a replay.
+func (pl *pipeline) outputID(seq uint64) string {
+	return fmt.Sprintf("%s:%d:%d", pl.cfg.Name, pl.stream.created.UnixNano(), seq)
 }
 
 // publishVocabulary publishes the word embeddings of a text pipeline's
@@ -387,6 +562,12 @@ func (pl *pipeline) checkpoint(ctx context.Context) (*checkpointInfo, error) {
 	if err := pl.model.flush(); err != nil {
 		pl.log.Warn().Err(err).Msg("bringing the model up to date before a checkpoint")
 	}
+	if err := pl.model.check(); err != nil {
+		// A degenerate model is never checkpointed.
+		pl.rollback(pl.lastSeq, err)
+		pl.updateHealth()
+		return nil, fmt.Errorf("smtd: checkpoint of %s not written: %w", pl.cfg.Name, err)
+	}
 	pl.publishSnapshot() // queries see what the checkpoint holds
 	pl.publishVocabulary()
 	if a, ok := pl.model.(*admmModel); ok {
@@ -406,9 +587,10 @@ func (pl *pipeline) checkpoint(ctx context.Context) (*checkpointInfo, error) {
 	c := &Checkpoint{
 		Pipeline: pl.cfg.Name, Modality: string(pl.cfg.Modality),
 		ModelVersion: pl.version, Samples: pl.samples, Created: time.Now().UTC(),
-		Config: cfgYAML, Input: pl.cfg.Input.Subject, Stream: pl.stream, LastSeq: pl.lastSeq,
-		RNG: rng, Sections: secs,
+		Config: cfgYAML, Input: pl.cfg.Input.Subject, Stream: pl.stream.name, StreamCreated: pl.stream.created,
+		LastSeq: pl.lastSeq, RNG: rng, Sections: secs, Counters: pl.stats.state(),
 	}
+	c.Counters.Checkpoints++ // this one
 	var buf bytes.Buffer
 	if err := encodeCheckpoint(&buf, c); err != nil {
 		return nil, err

@@ -289,20 +289,26 @@ func (d *Daemon) handleCheckpoint(req micro.Request) {
 
 // PipelineStatus is one pipeline's entry in the status reply.
 type PipelineStatus struct {
-	Name         string           `json:"name"`
-	Modality     string           `json:"modality"`
-	Input        string           `json:"input"`
-	Output       string           `json:"output"`
-	ModelVersion uint64           `json:"model_version"`
-	LastSeq      uint64           `json:"last_seq"`
-	Received     int64            `json:"received"`
-	Learned      int64            `json:"learned"`
-	Rejected     int64            `json:"rejected"`
-	ByReason     map[string]int64 `json:"rejected_by_reason,omitempty"`
-	Published    int64            `json:"published"`
-	Checkpoints  int64            `json:"checkpoints"`
-	Rollbacks    int64            `json:"rollbacks"`
-	Model        map[string]any   `json:"model"`
+	Name         string `json:"name"`
+	Modality     string `json:"modality"`
+	Input        string `json:"input"`
+	Output       string `json:"output"`
+	ModelVersion uint64 `json:"model_version"`
+	Health       Health `json:"health"`
+	LastSeq      uint64 `json:"last_seq"`
+	// Backlog is how many input messages wait to be learned.
+	Backlog     uint64           `json:"backlog"`
+	Received    int64            `json:"received"`
+	Redelivered int64            `json:"redelivered"`
+	Learned     int64            `json:"learned"`
+	NotLearned  int64            `json:"not_learned"`
+	Rejected    int64            `json:"rejected"`
+	ByReason    map[string]int64 `json:"rejected_by_reason,omitempty"`
+	Published   int64            `json:"published"`
+	Lost        int64            `json:"lost"`
+	Checkpoints int64            `json:"checkpoints"`
+	Rollbacks   int64            `json:"rollbacks"`
+	Model       map[string]any   `json:"model"`
 }
 
 // Status is the reply of the status endpoint.
@@ -319,20 +325,14 @@ func (d *Daemon) Status() Status {
 	d.mu.Unlock()
 	for _, pl := range d.pipelines {
 		snap := pl.snap.Load()
+		c := pl.stats.state()
 		ps := PipelineStatus{
 			Name: pl.name, Modality: string(snap.cfg.Modality), Input: snap.cfg.Input.Subject, Output: snap.cfg.Output.Subject,
-			LastSeq:  pl.stats.lastSeq.Load(),
-			Received: pl.stats.received.Load(), Learned: pl.stats.learned.Load(), Rejected: pl.stats.rejected.Load(),
-			Published: pl.stats.published.Load(), Checkpoints: pl.stats.checkpoints.Load(), Rollbacks: pl.stats.rollbacks.Load(),
+			Health: *pl.health.Load(), LastSeq: pl.stats.lastSeq.Load(), Backlog: pl.stats.backlog.Load(),
+			Received: c.Received, Redelivered: c.Redelivered, Learned: c.Learned, NotLearned: c.NotLearned,
+			Rejected: c.Rejected, ByReason: c.ByReason, Published: c.Published, Lost: c.Lost,
+			Checkpoints: c.Checkpoints, Rollbacks: c.Rollbacks,
 		}
-		pl.stats.mu.Lock()
-		if len(pl.stats.byReason) > 0 {
-			ps.ByReason = make(map[string]int64, len(pl.stats.byReason))
-			for k, v := range pl.stats.byReason {
-				ps.ByReason[k] = v
-			}
-		}
-		pl.stats.mu.Unlock()
 		ps.ModelVersion = snap.version
 		ps.Model = snap.model.describe()
 		st.Pipelines = append(st.Pipelines, ps)

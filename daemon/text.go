@@ -198,8 +198,11 @@ func (m *textModel) rollback(to model) {
 	m.vocab, m.solved = s.vocab.Clone(), s.solved
 }
 
-func (m *textModel) finite() bool {
-	return m.solved == nil || finiteDense(m.solved.p)
+func (m *textModel) check() error {
+	if m.solved == nil {
+		return nil
+	}
+	return stageError("word embeddings", finiteCheck(finiteDense(m.solved.p)))
 }
 
 func finiteDense(a *mat.Dense) bool {

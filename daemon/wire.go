@@ -48,6 +48,7 @@ const (
 	ReasonBadPNG        = "bad_png"
 	ReasonBadUTF8       = "bad_utf8"
 	ReasonTooManyTokens = "too_many_tokens"
+	ReasonOutOfRange    = "out_of_range"
 )
 
 // InputError says why an input message was rejected.
@@ -126,14 +127,15 @@ func decode(p *config.Pipeline, h nats.Header, data []byte) (sample, error) {
 		}
 		s.frame = n
 	}
-	px, err := decodeImage(p.Image, h, data)
+	px, err := decodeImage(p.Image, p.Input.MaxValue, h, data)
 	s.pixels = px
 	return s, err
 }
 
 // decodeImage returns the pixels of a raw or PNG image of the given shape,
-// scaled to [0, 1] for uint8 and PNG data.
-func decodeImage(shape config.ImageShape, h nats.Header, data []byte) ([]float64, error) {
+// scaled to [0, 1] for uint8 and PNG data; float32 values are taken as they
+// are and must lie in [−maxValue, maxValue].
+func decodeImage(shape config.ImageShape, maxValue float64, h nats.Header, data []byte) ([]float64, error) {
 	enc := header(h, HeaderEncoding)
 	if enc == "" && bytes.HasPrefix(data, pngSignature) {
 		enc = "png"
@@ -184,6 +186,9 @@ func decodeImage(shape config.ImageShape, h nats.Header, data []byte) ([]float64
 		v := float64(math.Float32frombits(binary.LittleEndian.Uint32(data[4*i:])))
 		if math.IsNaN(v) || math.IsInf(v, 0) {
 			return nil, reject(ReasonNotFinite, "pixel %d is %v", i, v)
+		}
+		if math.Abs(v) > maxValue {
+			return nil, reject(ReasonOutOfRange, "pixel %d is %g, outside [-%g, %g] (input.max_value)", i, v, maxValue, maxValue)
 		}
 		px[i] = v
 	}
@@ -375,7 +380,7 @@ func DecodePoint(h nats.Header, data []byte) ([]float64, string, error) {
 		if err != nil {
 			return nil, "", err
 		}
-		px, err := decodeImage(config.ImageShape{Width: cols, Height: rows, Channels: ch}, h, data)
+		px, err := decodeImage(config.ImageShape{Width: cols, Height: rows, Channels: ch}, math.MaxFloat32, h, data)
 		return px, label, err
 	case enc != "":
 		return nil, "", reject(ReasonBadHeader, "%s %q: want raw or png", HeaderEncoding, enc)
