@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -46,6 +47,13 @@ type Daemon struct {
 	js     jetstream.JetStream
 	store  *checkpointStore // nil when disabled or unavailable
 	svc    micro.Service
+
+	// storage says why JetStream is disabled on the embedded server; nil
+	// while it runs.
+	storage atomic.Pointer[string]
+	// writeErr is the first JetStream write error the embedded server
+	// logged since JetStream last started.
+	writeErr atomic.Pointer[string]
 
 	pipelines []*pipeline
 	cancel    context.CancelFunc
@@ -104,6 +112,13 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 			return err
 		}
 		d.pipelines = append(d.pipelines, pl)
+	}
+	if d.server != nil {
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			d.watchStorage(runCtx)
+		}()
 	}
 	for _, pl := range d.pipelines {
 		d.wg.Add(1)

@@ -56,7 +56,9 @@ const recreateAfter = 2 * time.Second
 // once, not at every retry.
 func (pl *pipeline) inputTrouble(ctx context.Context, fetchErr error) {
 	why := "fetching input: " + fetchErr.Error()
-	if pl.stream.name != "" {
+	if s := pl.d.storage.Load(); s != nil {
+		why = *s
+	} else if pl.stream.name != "" {
 		reattached, cause := pl.reattach(ctx)
 		if reattached {
 			return

@@ -35,7 +35,7 @@ func (d *Daemon) startEmbedded() (*server.Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("smtd: embedded NATS server: %w", err)
 	}
-	s.SetLoggerV2(natsLogger{d.log.With().Str("component", "nats-server").Logger()}, false, false, false)
+	s.SetLoggerV2(natsLogger{log: d.log.With().Str("component", "nats-server").Logger(), writeErr: d.storageFault}, false, false, false)
 	go s.Start()
 	if !s.ReadyForConnections(10 * time.Second) {
 		s.Shutdown()
@@ -44,13 +44,24 @@ func (d *Daemon) startEmbedded() (*server.Server, error) {
 	return s, nil
 }
 
-// natsLogger sends the embedded server's logs to zerolog.
-type natsLogger struct{ log zerolog.Logger }
+// natsLogger sends the embedded server's logs to zerolog, and the write
+// errors of its JetStream store (which it reports nowhere else) to
+// writeErr.
+type natsLogger struct {
+	log      zerolog.Logger
+	writeErr func(string)
+}
 
 func (l natsLogger) Noticef(format string, v ...any) { l.log.Info().Msgf(format, v...) }
 func (l natsLogger) Warnf(format string, v ...any)   { l.log.Warn().Msgf(format, v...) }
 func (l natsLogger) Fatalf(format string, v ...any)  { l.log.Error().Msgf(format, v...) }
-func (l natsLogger) Errorf(format string, v ...any)  { l.log.Error().Msgf(format, v...) }
+func (l natsLogger) Errorf(format string, v ...any) {
+	msg := fmt.Sprintf(format, v...)
+	l.log.Error().Msg(msg)
+	if strings.Contains(msg, "ritical write error") && l.writeErr != nil {
+		l.writeErr(msg)
+	}
+}
 func (l natsLogger) Debugf(format string, v ...any)  { l.log.Debug().Msgf(format, v...) }
 func (l natsLogger) Tracef(format string, v ...any)  { l.log.Trace().Msgf(format, v...) }
 

@@ -433,7 +433,10 @@ func (pl *pipeline) rollback(seq uint64, why error) {
 // updateHealth recomputes the pipeline's health from what run saw last.
 func (pl *pipeline) updateHealth() {
 	h := Health{State: HealthOK}
+	storage := pl.d.storage.Load()
 	switch {
+	case storage != nil:
+		h = Health{HealthInputMissing, *storage}
 	case pl.missing != "":
 		h = Health{HealthInputMissing, pl.missing}
 	case pl.diverged > 0:

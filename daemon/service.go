@@ -313,9 +313,12 @@ type PipelineStatus struct {
 
 // Status is the reply of the status endpoint.
 type Status struct {
-	Version       string           `json:"version"`
-	ConfigVersion int              `json:"config_version"`
-	Pipelines     []PipelineStatus `json:"pipelines"`
+	Version       string `json:"version"`
+	ConfigVersion int    `json:"config_version"`
+	// JetStream says why the embedded server's JetStream is disabled
+	// (its disk was full); empty while it runs.
+	JetStream string           `json:"jetstream,omitempty"`
+	Pipelines []PipelineStatus `json:"pipelines"`
 }
 
 // Status reports every pipeline's counters and model.
@@ -323,6 +326,9 @@ func (d *Daemon) Status() Status {
 	d.mu.Lock()
 	st := Status{Version: Version, ConfigVersion: d.configVersion}
 	d.mu.Unlock()
+	if why := d.storage.Load(); why != nil {
+		st.JetStream = *why
+	}
 	for _, pl := range d.pipelines {
 		snap := pl.snap.Load()
 		c := pl.stats.state()
