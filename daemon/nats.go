@@ -62,8 +62,8 @@ func (l natsLogger) Errorf(format string, v ...any) {
 		l.writeErr(msg)
 	}
 }
-func (l natsLogger) Debugf(format string, v ...any)  { l.log.Debug().Msgf(format, v...) }
-func (l natsLogger) Tracef(format string, v ...any)  { l.log.Trace().Msgf(format, v...) }
+func (l natsLogger) Debugf(format string, v ...any) { l.log.Debug().Msgf(format, v...) }
+func (l natsLogger) Tracef(format string, v ...any) { l.log.Trace().Msgf(format, v...) }
 
 // connect connects to the embedded server or to the configured URL, and
 // logs every disconnect, reconnect and asynchronous error: a server restart
