@@ -41,13 +41,15 @@ func testADMMStream(t *testing.T, warm int64) {
 	p.ADMM.LearningRate = 0.05
 	p.ADMM.WarmStart = warm
 	cfg := testConfig(t, p)
+	learned := 0 // counters continue across restarts
 	replays := func(n int) {
+		learned += n * len(msgs)
 		d := startDaemon(t, cfg)
 		nc := connect(t, d.ClientURL())
 		for range n {
 			replayFile(t, nc, "mnist-train-1000.smtdrec", p.Input.Subject)
 		}
-		waitFor(t, 2*time.Minute, "replays learned", func() bool { return pipelineStatus(d, "digits").Learned == int64(n*len(msgs)) })
+		waitFor(t, 2*time.Minute, "replays learned", func() bool { return pipelineStatus(d, "digits").Learned == int64(learned) })
 		if err := d.Shutdown(context.Background()); err != nil {
 			t.Fatal(err)
 		}

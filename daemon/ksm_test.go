@@ -60,14 +60,15 @@ func TestKSMLearnsStreamedPointsExactly(t *testing.T) {
 	x := moonsPoints(t, &p, msgs)
 	cfg := testConfig(t, p)
 
+	learned := 0 // counters continue across restarts
 	replays := func(n int) {
+		learned += n * len(msgs)
 		d := startDaemon(t, cfg)
 		nc := connect(t, d.ClientURL())
 		for range n {
 			replayFile(t, nc, "moons-1600.smtdrec", p.Input.Subject)
 		}
-		want := int64(n * len(msgs))
-		waitFor(t, time.Minute, "replays learned", func() bool { return pipelineStatus(d, "moons").Learned == want })
+		waitFor(t, time.Minute, "replays learned", func() bool { return pipelineStatus(d, "moons").Learned == int64(learned) })
 		if err := d.Shutdown(context.Background()); err != nil {
 			t.Fatal(err)
 		}
