@@ -32,6 +32,12 @@ func TestLoadFiles(t *testing.T) {
 		{file: "syntax.bad.yaml", wantErr: []string{"syntax.bad.yaml: line 1: did not find expected"}},
 		{file: "no-pipelines.bad.yaml", wantErr: []string{":1: pipelines: at least one pipeline is needed"}},
 		{file: "reserved-subject.bad.yaml", wantErr: []string{`reserved for the daemon's own smtd.* subjects`}},
+		{file: "unstable-live.bad.yaml", wantErr: []string{
+			":5: pipelines[0].whiten.lambda: must be in [1e-6, 1e3], got 1e-300",
+			":6: pipelines[0].smt.gamma0: must be in [1e-3, 10], got 1e+30",
+			":6: pipelines[0].smt.gamma1: must be in [0, 1], got 1e+30",
+			":11: pipelines[1].ksm.eta_w: must be in (0, 0.3], got 1e+300",
+		}},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			cfg, err := Load(filepath.Join("..", "testdata", "config", tc.file))
