@@ -74,6 +74,7 @@ func ksmSettings(p *config.Pipeline) hebbian.Settings {
 }
 
 func (m *ksmModel) encode(batch []sample) []output {
+	resize(&m.y, len(batch), m.net.Neurons()) // batches vary in size
 	m.net.Transform(&m.y, flatten(&m.x, batch, m.shape, m.crop))
 	return rowOutputs(&m.y, batch)
 }
@@ -84,6 +85,7 @@ func (m *ksmModel) encode(batch []sample) []output {
 func (m *ksmModel) learn(batch []sample) ([]output, error) {
 	x := flatten(&m.x, batch, m.shape, m.crop)
 	m.seed(x)
+	resize(&m.y, len(batch), m.net.Neurons()) // batches vary in size
 	if err := m.net.Step(&m.y, x); err != nil {
 		m.net.Transform(&m.y, x)
 		return rowOutputs(&m.y, batch), fmt.Errorf("ksm: %w: %w", errRefused, err)

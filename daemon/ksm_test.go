@@ -210,3 +210,27 @@ func TestKSMInitFromData(t *testing.T) {
 		t.Errorf("a complete W still checkpoints %d sections", len(secs))
 	}
 }
+
+// Batches cut by the timeout vary in size: the network learns and answers
+// minibatches of any size one after another.
+func TestKSMBatchesOfAnySize(t *testing.T) {
+	p := moonsPipeline()
+	msgs := readStream(t, "moons-1600.smtdrec")
+	var batch []sample
+	for _, m := range msgs[:12] {
+		s, err := decode(&p, m.Header, m.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		batch = append(batch, s)
+	}
+	m := newModel(&p, rand.NewPCG(1, 2))
+	for _, n := range []int{4, 5, 1, 2} {
+		if out, err := m.learn(batch[:n]); err != nil || len(out) != n {
+			t.Fatalf("batch of %d: %d outputs, %v", n, len(out), err)
+		}
+		if out := m.encode(batch[:n+1]); len(out) != n+1 {
+			t.Fatalf("query of %d: %d outputs", n+1, len(out))
+		}
+	}
+}
