@@ -411,3 +411,35 @@ func TestKMeansCheck(t *testing.T) {
 		t.Error("Finite no longer holds on a healthy dictionary")
 	}
 }
+
+// BenchmarkCheck measures Check at the daemon's largest shapes: a
+// dictionary of 4096 atoms of 6×6 patches and a 36-dimensional whitener.
+func BenchmarkCheck(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	x, _, _ := sphereClusters(rng, 64, 36, 8192, 0.3)
+	km, _ := newTestKMeans(KMeansSettings{K: 4096, Dim: 36}, 1)
+	km.Learn(x, nil)
+	if km.Seeded() != 4096 {
+		b.Fatalf("seeded %d atoms", km.Seeded())
+	}
+	w := NewWhitener(36, WhitenSettings{})
+	if err := w.Observe(x, nil); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("KMeans", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			if err := km.Check(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("Whitener", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			if err := w.Check(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
