@@ -76,4 +76,8 @@
 //		if err := net.Step(nil, x); err != nil { ... } // ErrNonFinite or *StepError
 //	}
 //	net.Transform(&y, x) // responses, read-only
+//
+// Network.Check reports, with a *CheckError, a state that is not finite
+// or no longer usable (L + λI not positive definite, a zero regulatory
+// term), for a caller that checks its snapshots before keeping them.
 package hebbian

@@ -33,6 +33,12 @@
 //
 //     x = (λI + Σ)^(−1/2) x̄.
 //
+//     A stream nobody controls can carry one image of absurd values; its
+//     patches would dominate Σ and shrink W until every later patch
+//     looks blank. Whitener.Observe therefore bounds each patch's
+//     distance from the running mean before it enters Σ, and leaves out
+//     patches holding NaN or ±Inf.
+//
 //  4. Each whitened patch is L2-normalised (NormalizeRows; App. D,
 //     Algorithm 1 lines 2-6). Patches whose norm is below a threshold are
 //     blank: they are set to zero, left out of learning, and get an
@@ -48,6 +54,14 @@
 //
 // Lloyd and Distortion are the batch reference the online dictionary is
 // measured against.
+//
+// # Checks
+//
+// Whitener.Check and KMeans.Check tell a caller, after each minibatch,
+// whether the learner is finite and not degenerate (a collapsed W, atoms
+// off the sphere or all in one direction), with a *CheckError naming the
+// part, so that a daemon can roll back to a good snapshot. They cost
+// O(parameters), a small fraction of a minibatch step.
 //
 // # Performance
 //

@@ -95,7 +95,11 @@
 // an SMT on it (online) or, from time to time, solves for P with package
 // spectral and loads it with SMT.SetP (closed form); embedding requests
 // go to a Clone. All state serialises bit-exactly (MarshalBinary with a
-// leading format version byte) for exact resume.
+// leading format version byte) for exact resume. After each minibatch a
+// caller may ask every learner's Check whether it is finite and not
+// degenerate (a zero or rank-collapsed P, negative counts, an ADMM whose
+// codes are all zero); a *CheckError names the part, at O(parameters)
+// cost.
 //
 // Like every learning package of smtd, sgd is a plain synchronous library
 // on gonum: no goroutines of its own, no I/O, no logging, no globals;
