@@ -47,6 +47,8 @@ type Daemon struct {
 	store  *checkpointStore // nil when disabled or unavailable
 	svc    micro.Service
 
+	identity []nats.Option // the daemon's credentials on the embedded server
+
 	pipelines []*pipeline
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -79,7 +81,7 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 		}
 	}()
 	if d.cfg.NATS.URL == "" {
-		if d.server, err = d.startEmbedded(); err != nil {
+		if d.server, d.identity, err = d.startEmbedded(); err != nil {
 			return err
 		}
 		d.log.Info().Str("url", d.server.ClientURL()).Str("store", filepath.Join(d.cfg.DataDir, "nats")).Msg("embedded NATS server with JetStream started")
