@@ -32,6 +32,10 @@ func TestLoadFiles(t *testing.T) {
 		{file: "syntax.bad.yaml", wantErr: []string{"syntax.bad.yaml: line 1: did not find expected"}},
 		{file: "no-pipelines.bad.yaml", wantErr: []string{":1: pipelines: at least one pipeline is needed"}},
 		{file: "reserved-subject.bad.yaml", wantErr: []string{`reserved for the daemon's own smtd.* subjects`}},
+		{file: "open-listen.good.yaml"},
+		{file: "nkey-users.good.yaml"},
+		{file: "open-listen.bad.yaml", wantErr: []string{`open-listen.bad.yaml:3: nats.listen: "0.0.0.0:4222" is beyond the loopback interface and nats.users is empty: anyone who reaches it could reload, checkpoint, delete streams and plant checkpoints; add nats.users, or set nats.allow_unauthenticated: true`}},
+		{file: "inline-password.bad.yaml", wantErr: []string{"inline-password.bad.yaml:5: nats.users[0].password: unknown field"}},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			cfg, err := Load(filepath.Join("..", "testdata", "config", tc.file))
