@@ -102,8 +102,8 @@ type User struct {
 	// User is the user name; it needs PasswordFile or PasswordEnv.
 	User string `yaml:"user"`
 	// PasswordFile holds the password (one line; trailing white space is
-	// dropped). A bcrypt hash ("$2a$..." or "$2b$...") is compared as
-	// such, so the file need not hold the password itself.
+	// dropped). A bcrypt hash ("$2a$...", "$2b$...", "$2y$...") is
+	// compared as such, so the file need not hold the password itself.
 	PasswordFile string `yaml:"password_file"`
 	// PasswordEnv names the environment variable holding the password
 	// (or its bcrypt hash).
