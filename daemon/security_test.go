@@ -460,6 +460,30 @@ func TestSecurityExternalServer(t *testing.T) {
 			})
 		})
 	}
+	t.Run("token from the environment", func(t *testing.T) {
+		ts, err := server.NewServer(&server.Options{
+			Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, Authorization: "daemon-token",
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go ts.Start()
+		if !ts.ReadyForConnections(10 * time.Second) {
+			t.Fatal("NATS server did not start")
+		}
+		defer ts.Shutdown()
+		t.Setenv("SMTD_TEST_TOKEN", "daemon-token")
+		cfg := testConfig(t, digitsPipeline("digits", "mnist.images", 16))
+		cfg.NATS.URL = ts.ClientURL()
+		cfg.NATS.Auth = config.ClientAuth{TokenEnv: "SMTD_TEST_TOKEN"}
+		d := startDaemon(t, cfg)
+		var st Status
+		request(t, dial(t, ts.ClientURL(), nats.Token("daemon-token")).Conn, "smtd.status", nil, &st)
+		if len(st.Pipelines) != 1 {
+			t.Errorf("status %+v, want one pipeline", st)
+		}
+		d.Shutdown(context.Background()) // before the server goes
+	})
 	t.Run("wrong password", func(t *testing.T) {
 		t.Setenv("SMTD_TEST_PASSWORD", "guess")
 		cfg := testConfig(t, digitsPipeline("digits", "mnist.images", 16))
@@ -473,4 +497,27 @@ func TestSecurityExternalServer(t *testing.T) {
 			t.Errorf("start with a wrong password: %v, want %v", err, nats.ErrAuthorization)
 		}
 	})
+}
+
+// Inconsistent client credentials are refused before connecting.
+func TestSecurityClientOptionsRefused(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "pw")
+	if err := os.WriteFile(f, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		auth config.ClientAuth
+		tls  config.TLS
+	}{
+		{name: "two ways", auth: config.ClientAuth{User: "a", PasswordFile: f, TokenFile: f}},
+		{name: "password without user", auth: config.ClientAuth{PasswordFile: f}},
+		{name: "user without password", auth: config.ClientAuth{User: "a"}},
+		{name: "unreadable seed", auth: config.ClientAuth{NKeyFile: f + ".missing"}},
+		{name: "half a certificate", tls: config.TLS{CertFile: f}},
+	} {
+		if _, err := ClientOptions(tc.auth, tc.tls); !errors.Is(err, ErrCredentials) {
+			t.Errorf("%s: %v, want ErrCredentials", tc.name, err)
+		}
+	}
 }
