@@ -59,7 +59,98 @@ type NATS struct {
 	StreamMaxBytes int64 `yaml:"stream_max_bytes"`
 	// StreamMaxAge bounds how long input messages are kept. Default 24h.
 	StreamMaxAge time.Duration `yaml:"stream_max_age"`
+	// AllowUnauthenticated lets the embedded server listen beyond the
+	// loopback interface without Users: anyone who reaches the port may
+	// then reload, checkpoint, delete streams and plant checkpoints.
+	// Default false: such a listen address is refused.
+	AllowUnauthenticated bool `yaml:"allow_unauthenticated"`
+	// Users of the embedded server, each with a role. Empty, the default,
+	// runs it without authentication (on loopback only, unless
+	// AllowUnauthenticated); with users, anonymous clients are refused.
+	// External servers have their own users: set Auth instead.
+	Users []User `yaml:"users"`
+	// TLS of the embedded server (CertFile and KeyFile served, clients
+	// verified against CAFile if set), or of the connection to an
+	// external server (CAFile verifies the server, CertFile and KeyFile
+	// are the daemon's client certificate).
+	TLS TLS `yaml:"tls"`
+	// Auth is how the daemon authenticates to an external server. With
+	// the embedded server the daemon makes itself a fresh nkey at every
+	// start, and Auth must be empty.
+	Auth ClientAuth `yaml:"auth"`
 }
+
+// Roles of the embedded server's users; the subjects each may use are
+// listed in the README's Security section.
+const (
+	// RoleProducer publishes to the pipelines' input subjects (and
+	// receives JetStream publish acknowledgements); nothing else.
+	RoleProducer = "producer"
+	// RoleConsumer subscribes to the output subjects and events and sends
+	// embedding and nearest-word queries.
+	RoleConsumer = "consumer"
+	// RoleOperator may do what a consumer does, and also reload, request
+	// checkpoints and status, discover the micro service and look at
+	// JetStream streams and consumers without changing them.
+	RoleOperator = "operator"
+)
+
+// User is one user of the embedded server: a name with a password read
+// from a file or the environment, or an nkey. Passwords are never written
+// in the config itself.
+type User struct {
+	// User is the user name; it needs PasswordFile or PasswordEnv.
+	User string `yaml:"user"`
+	// PasswordFile holds the password (one line; trailing white space is
+	// dropped). A bcrypt hash ("$2a$...", "$2b$...", "$2y$...") is
+	// compared as such, so the file need not hold the password itself.
+	PasswordFile string `yaml:"password_file"`
+	// PasswordEnv names the environment variable holding the password
+	// (or its bcrypt hash).
+	PasswordEnv string `yaml:"password_env"`
+	// NKey is the user's public nkey ("U..."), instead of User; the
+	// client signs the server's nonce with the matching seed.
+	NKey string `yaml:"nkey"`
+	// Role is producer, consumer or operator.
+	Role string `yaml:"role"`
+}
+
+// TLS names certificate files, PEM encoded.
+type TLS struct {
+	// CertFile and KeyFile are the embedded server's certificate and key,
+	// or the daemon's client certificate for an external server.
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+	// CAFile: embedded, clients must present a certificate signed by it;
+	// external, the server's certificate is verified against it (default:
+	// the system's roots).
+	CAFile string `yaml:"ca_file"`
+}
+
+// Enabled reports whether any TLS setting is given.
+func (t TLS) Enabled() bool { return t.CertFile != "" || t.KeyFile != "" || t.CAFile != "" }
+
+// ClientAuth is how a client authenticates to an external NATS server: at
+// most one of a credentials file, an nkey seed file, a user with a
+// password, or a token. Secrets come from files or the environment, never
+// from the config itself.
+type ClientAuth struct {
+	// CredentialsFile is a .creds file (user JWT and nkey seed), as made
+	// by nsc for servers in operator mode.
+	CredentialsFile string `yaml:"credentials_file"`
+	// NKeyFile holds a user nkey seed ("SU...").
+	NKeyFile string `yaml:"nkey_file"`
+	// User is the user name; it needs PasswordFile or PasswordEnv.
+	User         string `yaml:"user"`
+	PasswordFile string `yaml:"password_file"`
+	PasswordEnv  string `yaml:"password_env"`
+	// TokenFile or TokenEnv holds an authentication token.
+	TokenFile string `yaml:"token_file"`
+	TokenEnv  string `yaml:"token_env"`
+}
+
+// Enabled reports whether any credential is given.
+func (a ClientAuth) Enabled() bool { return a != ClientAuth{} }
 
 // Service names the daemon's NATS micro service and its subjects.
 type Service struct {

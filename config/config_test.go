@@ -38,6 +38,10 @@ func TestLoadFiles(t *testing.T) {
 			":6: pipelines[0].smt.gamma1: must be in [0, 1], got 1e+30",
 			":11: pipelines[1].ksm.eta_w: must be in (0, 0.3], got 1e+300",
 		}},
+		{file: "open-listen.good.yaml"},
+		{file: "nkey-users.good.yaml"},
+		{file: "open-listen.bad.yaml", wantErr: []string{`open-listen.bad.yaml:3: nats.listen: "0.0.0.0:4222" is beyond the loopback interface and nats.users is empty: anyone who reaches it could reload, checkpoint, delete streams and plant checkpoints; add nats.users, or set nats.allow_unauthenticated: true`}},
+		{file: "inline-password.bad.yaml", wantErr: []string{"inline-password.bad.yaml:5: nats.users[0].password: unknown field"}},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			cfg, err := Load(filepath.Join("..", "testdata", "config", tc.file))

@@ -196,6 +196,9 @@ func LiveChanges(old, new *Config) (live, refused []string) {
 	if len(old.Pipelines) != len(new.Pipelines) {
 		refused = append(refused, "pipelines")
 	}
+	if len(old.NATS.Users) != len(new.NATS.Users) {
+		refused = append(refused, "nats.users")
+	}
 	diff(reflect.ValueOf(old).Elem(), reflect.ValueOf(new).Elem(), "", &live, &refused)
 	// kmeans.code is live for the codes published, but the layout of the
 	// SMT statistics depends on it (f_gq codes need a full V).

@@ -54,6 +54,7 @@ type Daemon struct {
 	// writeErr is the first JetStream write error the embedded server
 	// logged since JetStream last started.
 	writeErr atomic.Pointer[string]
+	identity []nats.Option // the daemon's credentials on the embedded server
 
 	pipelines []*pipeline
 	cancel    context.CancelFunc
@@ -87,7 +88,7 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 		}
 	}()
 	if d.cfg.NATS.URL == "" {
-		if d.server, err = d.startEmbedded(); err != nil {
+		if d.server, d.identity, err = d.startEmbedded(); err != nil {
 			return err
 		}
 		d.log.Info().Str("url", d.server.ClientURL()).Str("store", filepath.Join(d.cfg.DataDir, "nats")).Msg("embedded NATS server with JetStream started")

@@ -15,11 +15,15 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+
+	"github.com/smtd/smtd/config"
 )
 
 // startEmbedded starts the embedded NATS server with JetStream, storing
-// under dataDir/nats, and waits until it accepts clients.
-func (d *Daemon) startEmbedded() (*server.Server, error) {
+// under dataDir/nats, with the users, roles and TLS of the config (see
+// secureEmbedded), and waits until it accepts clients. It returns the
+// options the daemon's own connection authenticates with.
+func (d *Daemon) startEmbedded() (*server.Server, []nats.Option, error) {
 	host, portStr, _ := net.SplitHostPort(d.cfg.NATS.Listen) // validated by config
 	port, _ := strconv.Atoi(portStr)
 	opts := &server.Options{
@@ -31,17 +35,24 @@ func (d *Daemon) startEmbedded() (*server.Server, error) {
 		MaxPayload: int32(d.cfg.NATS.MaxPayload),
 		NoSigs:     true,
 	}
+	identity, err := secureEmbedded(d.cfg, opts)
+	if err != nil {
+		return nil, nil, err
+	}
 	s, err := server.NewServer(opts)
 	if err != nil {
-		return nil, fmt.Errorf("smtd: embedded NATS server: %w", err)
+		return nil, nil, fmt.Errorf("smtd: embedded NATS server: %w", err)
 	}
 	s.SetLoggerV2(natsLogger{log: d.log.With().Str("component", "nats-server").Logger(), writeErr: d.storageFault}, false, false, false)
 	go s.Start()
 	if !s.ReadyForConnections(10 * time.Second) {
 		s.Shutdown()
-		return nil, fmt.Errorf("smtd: embedded NATS server did not start on %s (address in use?)", d.cfg.NATS.Listen)
+		return nil, nil, fmt.Errorf("smtd: embedded NATS server did not start on %s (address in use?)", d.cfg.NATS.Listen)
 	}
-	return s, nil
+	if len(d.cfg.NATS.Users) == 0 && !config.IsLoopback(d.cfg.NATS.Listen) {
+		d.log.Warn().Str("listen", d.cfg.NATS.Listen).Msg("embedded NATS server without authentication beyond loopback (nats.allow_unauthenticated): anyone who reaches it may reload, checkpoint and delete streams")
+	}
+	return s, identity, nil
 }
 
 // natsLogger sends the embedded server's logs to zerolog, and the write
@@ -67,7 +78,10 @@ func (l natsLogger) Tracef(format string, v ...any) { l.log.Trace().Msgf(format,
 
 // connect connects to the embedded server or to the configured URL, and
 // logs every disconnect, reconnect and asynchronous error: a server restart
-// is survived, the client reconnects forever.
+// is survived, the client reconnects forever. Every option of the
+// daemon's connection is set here: in-process with its own identity to the
+// embedded server, or with nats.auth and nats.tls (ClientOptions) to an
+// external one.
 func (d *Daemon) connect() (*nats.Conn, error) {
 	log := d.log.With().Str("component", "nats").Logger()
 	opts := []nats.Option{
@@ -94,8 +108,17 @@ func (d *Daemon) connect() (*nats.Conn, error) {
 	}
 	url := d.cfg.NATS.URL
 	if d.server != nil {
-		url = d.server.ClientURL()
+		// In process, the connection is a pipe that needs no TLS; a tls://
+		// URL would make the client insist on it.
+		url = strings.Replace(d.server.ClientURL(), "tls://", "nats://", 1)
 		opts = append(opts, nats.InProcessServer(d.server))
+		opts = append(opts, d.identity...)
+	} else {
+		auth, err := ClientOptions(d.cfg.NATS.Auth, d.cfg.NATS.TLS)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, auth...)
 	}
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {

@@ -31,9 +31,9 @@ Usage:
         ./smtd-data, pipelines images, frames and words.
   smtd inspect [--json] CHECKPOINT
         Print what a checkpoint file holds.
-  smtd record [--server URL] --out FILE [--count N] [--duration D] SUBJECT...
+  smtd record [--server URL] [CREDENTIALS] --out FILE [--count N] [--duration D] SUBJECT...
         Record the messages of subjects (headers included) to a file.
-  smtd replay [--server URL] [--rate] [--speed X] [--subject S] [--jetstream] FILE
+  smtd replay [--server URL] [CREDENTIALS] [--rate] [--speed X] [--subject S] [--jetstream] FILE
         Publish a recorded file.
   smtd knn --train FILE --test FILE [--k 30] [--t 0.03]
         Soft-KNN top-1 of recorded, labelled outputs (smt-minimalistic App. J).
@@ -44,6 +44,10 @@ Usage:
         Run a measurement; prints one "name: value" line per figure.
   smtd version
         Print the version.
+
+CREDENTIALS of the NATS clients: --creds FILE, --nkey FILE, or --user NAME
+with --password-file FILE or --password-env VAR, or --token-file FILE or
+--token-env VAR; TLS: --tls-ca FILE, --tls-cert FILE --tls-key FILE.
 
 Run "smtd COMMAND --help" for a command's flags.
 `

@@ -10,16 +10,12 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/smtd/smtd/record"
 )
 
-const defaultServer = "nats://127.0.0.1:4222"
-
 func recordCmd(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("record", "smtd record [flags] SUBJECT...", stderr)
-	server := fs.String("server", defaultServer, "NATS server `URL`")
+	client := addClientFlags(fs)
 	out := fs.String("out", "", "recording `file` to write (required)")
 	count := fs.Int("count", 0, "stop after this many messages (0: until --duration or Ctrl-C)")
 	duration := fs.Duration("duration", 0, "stop after this long (0: until --count or Ctrl-C)")
@@ -30,9 +26,9 @@ func recordCmd(args []string, stdout, stderr io.Writer) error {
 		fs.Usage()
 		return errUsage
 	}
-	nc, err := nats.Connect(*server, nats.Name("smtd record"))
+	nc, err := client.connect("smtd record")
 	if err != nil {
-		return fmt.Errorf("smtd record: connecting to %s: %w", *server, err)
+		return err
 	}
 	defer nc.Close()
 	f, err := os.Create(*out)
@@ -65,11 +61,11 @@ func recordCmd(args []string, stdout, stderr io.Writer) error {
 
 func replayCmd(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("replay", "smtd replay [flags] FILE", stderr)
-	server := fs.String("server", defaultServer, "NATS server `URL`")
+	client := addClientFlags(fs)
 	rate := fs.Bool("rate", false, "keep the recorded time between messages (default: as fast as possible)")
 	speed := fs.Float64("speed", 1, "with --rate, play this many times faster than recorded")
 	subject := fs.String("subject", "", "publish every message to this subject instead of its recorded one")
-	js := fs.Bool("jetstream", true, "publish through JetStream and wait for every acknowledgement (the subject must be captured by a stream, as the daemon's inputs are); false publishes plain core NATS messages")
+	js := fs.Bool("jetstream", true, "publish through JetStream and wait for every acknowledgement (the subject must be captured by a stream, as the daemon's inputs are; a producer of the embedded server may do this); false publishes plain core NATS messages")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -86,9 +82,9 @@ func replayCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", fs.Arg(0), err)
 	}
-	nc, err := nats.Connect(*server, nats.Name("smtd replay"))
+	nc, err := client.connect("smtd replay")
 	if err != nil {
-		return fmt.Errorf("smtd replay: connecting to %s: %w", *server, err)
+		return err
 	}
 	defer nc.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
