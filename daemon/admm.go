@@ -97,7 +97,7 @@ func (m *admmModel) snapshot() model {
 
 func (m *admmModel) rollback(to model) { m.admm = to.(*admmModel).admm.Clone() }
 
-func (m *admmModel) check() error { return stageError("admm", finiteCheck(m.admm.Finite())) }
+func (m *admmModel) check() error { return stageError("admm", m.admm.Check()) }
 
 func (m *admmModel) tune(p *config.Pipeline) { mustTune(m.admm.SetSettings(admmSettings(p))) }
 

@@ -403,15 +403,24 @@ func (m *imageModel) rollback(to model) {
 	}
 }
 
+// check runs every stage's own check (online.Whitener.Check,
+// online.KMeans.Check, sgd.Stats.Check, sgd.SMT.Check): finite and
+// non-degenerate, e.g. a whitening operator that collapsed, atoms that
+// are no longer unit norm or all alike, a P of lower rank.
 func (m *imageModel) check() error {
-	if err := stageError("whitening", finiteCheck(m.white.Finite())); err != nil {
+	if err := stageError("whitening", m.white.Check()); err != nil {
 		return err
 	}
-	if err := stageError("kmeans", finiteCheck(m.km.Finite())); err != nil {
+	if err := stageError("kmeans", m.km.Check()); err != nil {
 		return err
+	}
+	if m.stats != nil {
+		if err := stageError("smt statistics", m.stats.Check()); err != nil {
+			return err
+		}
 	}
 	if m.smt != nil {
-		return stageError("smt", finiteCheck(m.smt.Finite()))
+		return stageError("smt", m.smt.Check())
 	}
 	return nil
 }
@@ -510,6 +519,8 @@ func (m *imageModel) describe() map[string]any {
 		"whitening_patches":   m.white.Rows(),
 		"whitening_refreshes": m.white.Refreshes(),
 		"whitening_frozen":    m.white.Frozen(),
+		"whitening_clipped":   m.white.Clipped(),
+		"whitening_rejected":  m.white.Rejected(),
 		"atoms":               m.km.Settings().K,
 		"atoms_seeded":        m.km.Seeded(),
 		"atoms_reseeded":      m.km.Reseeds(),

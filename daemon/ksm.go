@@ -122,7 +122,7 @@ func (m *ksmModel) rollback(to model) {
 	m.net, m.seeded = from.net.Clone(), from.seeded
 }
 
-func (m *ksmModel) check() error { return stageError("ksm", finiteCheck(m.net.Finite())) }
+func (m *ksmModel) check() error { return stageError("ksm", m.net.Check()) }
 
 func (m *ksmModel) tune(p *config.Pipeline) { mustTune(m.net.SetSettings(ksmSettings(p))) }
 

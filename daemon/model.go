@@ -87,14 +87,3 @@ func stageError(stage string, err error) error {
 	}
 	return fmt.Errorf("%s: %w", stage, err)
 }
-
-// errNotFinite is what a stage without a finer check reports.
-var errNotFinite = errors.New("parameters are not finite")
-
-// finiteCheck turns a stage's finiteness into a check result.
-func finiteCheck(ok bool) error {
-	if !ok {
-		return errNotFinite
-	}
-	return nil
-}

@@ -199,19 +199,15 @@ func (m *textModel) rollback(to model) {
 }
 
 func (m *textModel) check() error {
+	if m.stats != nil {
+		if err := stageError("word statistics", m.stats.Check()); err != nil {
+			return err
+		}
+	}
 	if m.solved == nil {
 		return nil
 	}
-	return stageError("word embeddings", finiteCheck(finiteDense(m.solved.p)))
-}
-
-func finiteDense(a *mat.Dense) bool {
-	for _, x := range a.RawMatrix().Data {
-		if math.IsNaN(x) || math.IsInf(x, 0) {
-			return false
-		}
-	}
-	return true
+	return stageError("word embeddings", m.solved.vectors.Check())
 }
 
 func (m *textModel) sections() ([]Section, error) {
