@@ -154,7 +154,8 @@ func checkpointVersion(name string) uint64 {
 // fails its check is skipped with an event naming it and why: the daemon
 // never starts on it. A checkpoint of the current stream instance is
 // preferred to a newer one of another instance (planted, or copied from
-// elsewhere); if none is of this instance, the newest good one is
+// elsewhere), and one of an instance created after the current one is
+// never restored; if none is of this instance, the newest good one is
 // restored and input.on_reset decides. If there are checkpoints but none
 // can be restored, restore fails: the daemon does not silently start
 // afresh next to them.
@@ -167,7 +168,7 @@ func (d *Daemon) restore(ctx context.Context, pl *pipeline, st *streamState) (re
 	var from, foreignFrom string
 	var failed []error
 	for _, src := range sources {
-		c, err := pl.tryRestore(src)
+		c, err := pl.tryRestore(src, st)
 		if err != nil {
 			d.skipCheckpoint(pl, src.from, err)
 			failed = append(failed, fmt.Errorf("%s: %w", src.from, err))
@@ -207,8 +208,9 @@ func (d *Daemon) restore(ctx context.Context, pl *pipeline, st *streamState) (re
 }
 
 // tryRestore reads, decodes, checks and restores one checkpoint; on error
-// the pipeline is unchanged.
-func (pl *pipeline) tryRestore(src checkpointSource) (*Checkpoint, error) {
+// the pipeline is unchanged. A checkpoint of an instance of the stream st
+// created after st is not of its past (copied or planted): it is refused.
+func (pl *pipeline) tryRestore(src checkpointSource, st *streamState) (*Checkpoint, error) {
 	data, err := src.read()
 	if err != nil {
 		return nil, fmt.Errorf("%w: reading it: %v", ErrCheckpoint, err)
@@ -216,6 +218,10 @@ func (pl *pipeline) tryRestore(src checkpointSource) (*Checkpoint, error) {
 	c, err := DecodeCheckpoint(data)
 	if err != nil {
 		return nil, err
+	}
+	if st != nil && c.Stream == st.name && c.StreamCreated.After(st.created) {
+		return nil, fmt.Errorf("%w: it read an instance of stream %s created %s, after the current one (%s)",
+			ErrCheckpoint, c.Stream, c.StreamCreated.Format(time.RFC3339Nano), st.created.Format(time.RFC3339Nano))
 	}
 	if err := pl.restore(c); err != nil {
 		return nil, err

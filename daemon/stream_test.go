@@ -395,3 +395,34 @@ func writeCheckpoint(t testing.TB, cfg *config.Config, c *Checkpoint) {
 		t.Fatal(err)
 	}
 }
+
+// A checkpoint of an instance of the stream created after the current one
+// cannot be of this stream's past (it was copied or planted): it is
+// skipped with an event, and the daemon's own checkpoint is restored.
+func TestPlantedCheckpointRefused(t *testing.T) {
+	ns := startNATS(t)
+	nc := connect(t, ns.ClientURL())
+	cfg := externalConfig(t, ns.ClientURL(), digitsPipeline("digits", "planted.images", 16))
+	d := startDaemon(t, cfg)
+	n := replayFile(t, nc, "mnist-raw-100.smtdrec", "planted.images")
+	waitFor(t, 30*time.Second, "stream learned", func() bool { return pipelineStatus(d, "digits").Learned == int64(n) })
+	if err := d.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	own := lastCheckpoint(t, cfg, "digits")
+	planted := *own
+	planted.StreamCreated = own.StreamCreated.Add(time.Hour)
+	planted.LastSeq = 16000
+	planted.ModelVersion = own.ModelVersion + 1000
+	writeCheckpoint(t, cfg, &planted)
+
+	events := watchErrors(t, nc, "smtd")
+	d2 := startDaemon(t, cfg)
+	ev := events.wait(t, ReasonCheckpointSkipped, 10*time.Second)
+	if !strings.Contains(ev.Error, "after the current one") {
+		t.Errorf("skip event %q does not say why", ev.Error)
+	}
+	if st := pipelineStatus(d2, "digits"); st.ModelVersion != own.ModelVersion || st.LastSeq != own.LastSeq {
+		t.Errorf("restored version %d at seq %d, want the daemon's own %d at %d", st.ModelVersion, st.LastSeq, own.ModelVersion, own.LastSeq)
+	}
+}
