@@ -58,6 +58,24 @@ type InputError struct {
 
 func (e *InputError) Error() string { return "smtd: " + e.Reason + ": " + e.Detail }
 
+// maxEcho is the most bytes of an input that an error reply or error
+// event quotes: enough to recognise it, while a message of megabytes
+// does not come back in a header or an event.
+const maxEcho = 64
+
+// echo quotes the input s for an error message: its first maxEcho bytes
+// (cut at a rune boundary), then "…" and its length when it is longer.
+func echo(s string) string {
+	if len(s) <= maxEcho {
+		return strconv.Quote(s)
+	}
+	cut := maxEcho
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return strconv.Quote(s[:cut]) + "… (" + strconv.Itoa(len(s)) + " bytes)"
+}
+
 func reject(reason, format string, args ...any) *InputError {
 	return &InputError{Reason: reason, Detail: fmt.Sprintf(format, args...)}
 }
@@ -122,7 +140,7 @@ func decode(p *config.Pipeline, h nats.Header, data []byte) (sample, error) {
 		}
 		n, err := strconv.ParseUint(f, 10, 64)
 		if err != nil {
-			return s, reject(ReasonBadHeader, "%s %q is not a frame index", HeaderFrame, f)
+			return s, reject(ReasonBadHeader, "%s %s is not a frame index", HeaderFrame, echo(f))
 		}
 		s.frame = n
 	}
@@ -143,7 +161,7 @@ func decodeImage(shape config.ImageShape, h nats.Header, data []byte) ([]float64
 		return decodePNG(shape, data)
 	case "raw", "":
 	default:
-		return nil, reject(ReasonBadHeader, "%s %q: want raw or png", HeaderEncoding, enc)
+		return nil, reject(ReasonBadHeader, "%s %s: want raw or png", HeaderEncoding, echo(enc))
 	}
 	sh := header(h, HeaderShape)
 	dt := header(h, HeaderDtype)
@@ -165,7 +183,7 @@ func decodeImage(shape config.ImageShape, h nats.Header, data []byte) ([]float64
 	case "float32":
 		size = 4
 	default:
-		return nil, reject(ReasonBadDtype, "dtype %q: want uint8 or float32", dt)
+		return nil, reject(ReasonBadDtype, "dtype %s: want uint8 or float32", echo(dt))
 	}
 	switch {
 	case len(data) < n*size:
@@ -194,13 +212,13 @@ func decodeImage(shape config.ImageShape, h nats.Header, data []byte) ([]float64
 func parseShape(s string) (rows, cols, ch int, err error) {
 	parts := strings.Split(s, ",")
 	if len(parts) < 2 || len(parts) > 3 {
-		return 0, 0, 0, reject(ReasonBadHeader, "%s %q: want rows,cols[,channels]", HeaderShape, s)
+		return 0, 0, 0, reject(ReasonBadHeader, "%s %s: want rows,cols[,channels]", HeaderShape, echo(s))
 	}
 	dims := []int{0, 0, 1}
 	for i, p := range parts {
 		n, err := strconv.Atoi(strings.TrimSpace(p))
 		if err != nil || n < 1 || n > 1<<16 {
-			return 0, 0, 0, reject(ReasonBadHeader, "%s %q: want rows,cols[,channels]", HeaderShape, s)
+			return 0, 0, 0, reject(ReasonBadHeader, "%s %s: want rows,cols[,channels]", HeaderShape, echo(s))
 		}
 		dims[i] = n
 	}
@@ -314,11 +332,11 @@ func DecodeOutput(h nats.Header, data []byte) (vector []float32, label string, e
 		return j.Vector, j.Label, nil
 	}
 	if dt := header(h, HeaderDtype); dt != "float32" {
-		return nil, "", fmt.Errorf("smtd: output dtype %q, want float32", dt)
+		return nil, "", fmt.Errorf("smtd: output dtype %s, want float32", echo(dt))
 	}
 	n, err := strconv.Atoi(header(h, HeaderShape))
 	if err != nil || n < 0 || len(data) != 4*n {
-		return nil, "", fmt.Errorf("smtd: output of %d bytes does not have shape %q", len(data), header(h, HeaderShape))
+		return nil, "", fmt.Errorf("smtd: output of %d bytes does not have shape %s", len(data), echo(header(h, HeaderShape)))
 	}
 	vector = make([]float32, n)
 	for i := range vector {
@@ -332,11 +350,11 @@ func DecodeOutput(h nats.Header, data []byte) (vector []float32, label string, e
 // admm pipeline publishes on <output subject>.atoms.
 func DecodeMatrix(h nats.Header, data []byte) (*mat.Dense, error) {
 	if dt := header(h, HeaderDtype); dt != "float32" {
-		return nil, fmt.Errorf("smtd: matrix dtype %q, want float32", dt)
+		return nil, fmt.Errorf("smtd: matrix dtype %s, want float32", echo(dt))
 	}
 	rows, cols, ch, err := parseShape(header(h, HeaderShape))
 	if err != nil || ch != 1 || len(data) != 4*rows*cols {
-		return nil, fmt.Errorf("smtd: matrix of %d bytes does not have shape %q", len(data), header(h, HeaderShape))
+		return nil, fmt.Errorf("smtd: matrix of %d bytes does not have shape %s", len(data), echo(header(h, HeaderShape)))
 	}
 	m := mat.NewDense(rows, cols, nil)
 	raw := m.RawMatrix().Data
@@ -378,7 +396,7 @@ func DecodePoint(h nats.Header, data []byte) ([]float64, string, error) {
 		px, err := decodeImage(config.ImageShape{Width: cols, Height: rows, Channels: ch}, h, data)
 		return px, label, err
 	case enc != "":
-		return nil, "", reject(ReasonBadHeader, "%s %q: want raw or png", HeaderEncoding, enc)
+		return nil, "", reject(ReasonBadHeader, "%s %s: want raw or png", HeaderEncoding, echo(enc))
 	}
 	v, label, err := DecodeOutput(h, data)
 	if err != nil {
