@@ -48,6 +48,7 @@ const (
 	ReasonBadPNG        = "bad_png"
 	ReasonBadUTF8       = "bad_utf8"
 	ReasonTooManyTokens = "too_many_tokens"
+	ReasonTokenTooLong  = "token_too_long"
 )
 
 // InputError says why an input message was rejected.
@@ -124,6 +125,13 @@ func decode(p *config.Pipeline, h nats.Header, data []byte) (sample, error) {
 		s.tokens = dataset.Tokenize(string(data))
 		if len(s.tokens) > p.Text.MaxTokens {
 			return s, reject(ReasonTooManyTokens, "%d tokens, limit %d", len(s.tokens), p.Text.MaxTokens)
+		}
+		// A token is a vocabulary word: one of megabytes would be
+		// learned as one.
+		for i, t := range s.tokens {
+			if len(t) > p.Text.MaxTokenBytes {
+				return s, reject(ReasonTokenTooLong, "token %d of %d bytes, limit %d: %s", i, len(t), p.Text.MaxTokenBytes, echo(t))
+			}
 		}
 		return s, nil
 	case config.Video:
