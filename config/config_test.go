@@ -163,3 +163,22 @@ func TestSingleTopLevelKey(t *testing.T) {
 		})
 	}
 }
+
+func TestBoundsValidated(t *testing.T) {
+	for _, tc := range []struct {
+		yaml, want string
+	}{
+		{"pipelines:\n  - {name: w, modality: text, text: {max_token_bytes: 0}}\n", "pipelines[0].text.max_token_bytes: must be in 1..1048576, got 0"},
+		{"pipelines:\n  - {name: w, modality: text, text: {max_token_bytes: 1000, vocabulary_bytes: 1000}}\n", "pipelines[0].text.vocabulary_bytes: must be in text.max_token_bytes+256 (1256)"},
+		{"pipelines:\n  - {name: v, modality: video, video: {reorder: 4, max_frame_jump: 4}}\n", "pipelines[0].video.max_frame_jump: must be in video.reorder+1 (5)"},
+	} {
+		_, err := Parse([]byte(tc.yaml), "x.yaml")
+		if err == nil || !strings.Contains(err.Error(), "x.yaml:2: "+tc.want) {
+			t.Errorf("%q: error %v, want %q", tc.yaml, err, tc.want)
+		}
+	}
+	p := DefaultPipeline(Text, "w")
+	if p.Text.MaxTokenBytes != 64 || p.Text.VocabularyBytes != 8<<20 || DefaultPipeline(Video, "v").Video.MaxFrameJump != DefaultMaxFrameJump {
+		t.Errorf("defaults %+v, %+v", p.Text, DefaultPipeline(Video, "v").Video)
+	}
+}
