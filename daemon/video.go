@@ -121,7 +121,7 @@ func (t *frameTracker) add(batch []sample, codes *online.SparseCodes, n int) {
 		resetCodes(frame, t.atoms)
 		appendRows(frame, codes, i*n, (i+1)*n)
 		st.pending = slices.Insert(st.pending, at, pendingFrame{index: s.frame, codes: frame})
-		t.release(st)
+		t.release(st, t.reorder)
 	}
 }
 
@@ -145,10 +145,7 @@ func distance(a, b uint64) uint64 {
 // chain that expects frame next.
 func (t *frameTracker) restart(st *frameStream, next uint64) {
 	t.restarts++
-	reorder := t.reorder
-	t.reorder = 0 // every pending frame is due
-	t.release(st)
-	t.reorder = reorder
+	t.release(st, 0)
 	st.chain, st.last, st.expected = 0, [2]*online.SparseCodes{}, next
 }
 
@@ -163,9 +160,10 @@ func cmpU64(a, b uint64) int {
 }
 
 // release moves the frames of st that are due from its window to its
-// chain, collecting the triples they complete.
-func (t *frameTracker) release(st *frameStream) {
-	for len(st.pending) > 0 && (st.pending[0].index == st.expected || len(st.pending) > t.reorder) {
+// chain, collecting the triples they complete: the one expected, and the
+// first while more than window frames wait (0 releases them all).
+func (t *frameTracker) release(st *frameStream, window int) {
+	for len(st.pending) > 0 && (st.pending[0].index == st.expected || len(st.pending) > window) {
 		f := st.pending[0]
 		st.pending = slices.Delete(st.pending, 0, 1)
 		if f.index != st.expected {

@@ -29,7 +29,8 @@ const VocabularySlotBytes = 80
 // in the bytes left first evicts the rarest words, as many as it takes,
 // and their slots stay free until new words take them. The counts keep
 // the Space-Saving bound: a new word starts one above the largest count
-// evicted so far. Memory is O(Size) words and at most the byte bound,
+// evicted so far. Memory is O(Size) words and at most the byte bound
+// (unless one word alone exceeds it: it is then the only word kept),
 // whatever the stream length and the length of its words.
 //
 // The vocabulary keeps its own copy of each word, never a substring of a
