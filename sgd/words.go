@@ -328,7 +328,7 @@ func (ws *WordStats) Reset(id int) {
 }
 
 // AssignIDs appends to dst[:0] the vocabulary slot of each token, adding
-// the tokens to v (online.Vocabulary.Add), and returns it: the ids for
+// the tokens to v (online.Vocabulary.AddEvicted), and returns it: the ids for
 // Add. When v evicts a word, to hand its slot to a new word or to stay
 // within its byte bound, AssignIDs resets that slot (Reset) and turns the
 // earlier tokens of the same call that carried the evicted word into −1,
