@@ -578,8 +578,18 @@ type TextSettings struct {
 	// Vocabulary is the most distinct words kept; when full, the rarest
 	// word is replaced (its co-occurrences are forgotten). Default 50000.
 	Vocabulary int `yaml:"vocabulary"`
+	// VocabularyBytes bounds the vocabulary's memory: its words' bytes
+	// plus about 80 bytes per word; when a new word does not fit, the
+	// rarest words are replaced or dropped (their co-occurrences are
+	// forgotten). At least max_token_bytes+256. Default 8388608 (8 MiB:
+	// 50000 words of 64 bytes fit).
+	VocabularyBytes int `yaml:"vocabulary_bytes"`
 	// MaxTokens rejects messages with more tokens. Default 10000.
 	MaxTokens int `yaml:"max_tokens"`
+	// MaxTokenBytes rejects messages with a longer token (after
+	// lowercasing), reason token_too_long: no word of natural text comes
+	// close, and a long run of letters or digits is not one. Default 64.
+	MaxTokenBytes int `yaml:"max_token_bytes"`
 	// Window is w: tokens of one message at most w positions apart
 	// co-occur. Default 4.
 	Window int `yaml:"window"`
@@ -608,7 +618,15 @@ type VideoSettings struct {
 	// earlier one; a frame still missing after that is taken as dropped
 	// and breaks the stream's chain of triples. Default 2.
 	Reorder int `yaml:"reorder"`
+	// MaxFrameJump is the horizon of a stream: a frame whose index is
+	// further than this from the stream's newest index, ahead or behind,
+	// restarts the stream's chain there instead of counting as late or as
+	// a huge gap. At least reorder+1. Default 1000.
+	MaxFrameJump int `yaml:"max_frame_jump"`
 }
+
+// DefaultMaxFrameJump is the default video.max_frame_jump.
+const DefaultMaxFrameJump = 1000
 
 // EmbedSubject is where the pipeline answers embedding queries.
 func (c *Config) EmbedSubject(pipeline string) string {

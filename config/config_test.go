@@ -143,3 +143,52 @@ func TestSubjectsOverlap(t *testing.T) {
 		}
 	}
 }
+
+// A file needs only what differs from the defaults: each top-level key
+// alone gives the default pipelines plus that one change.
+func TestSingleTopLevelKey(t *testing.T) {
+	for _, tc := range []struct {
+		key, yaml string
+		change    func(*Config)
+	}{
+		{"log", "log:\n  level: debug\n", func(c *Config) { c.Log.Level = "debug" }},
+		{"data_dir", "data_dir: /var/lib/smtd\n", func(c *Config) { c.DataDir = "/var/lib/smtd" }},
+		{"nats", "nats:\n  listen: 127.0.0.1:-1\n", func(c *Config) { c.NATS.Listen = "127.0.0.1:-1" }},
+		{"nats url", "nats:\n  url: nats://example.org:4222\n", func(c *Config) { c.NATS.URL = "nats://example.org:4222" }},
+		{"service", "service:\n  prefix: lab\n", func(c *Config) { c.Service.Prefix = "lab" }},
+		{"checkpoint", "checkpoint:\n  keep: 5\n", func(c *Config) { c.Checkpoint.Keep = 5 }},
+		{"pipelines", "pipelines:\n  - name: words\n    modality: text\n", func(c *Config) { c.Pipelines = c.Pipelines[2:] }},
+		{"empty", "", func(*Config) {}},
+	} {
+		t.Run(tc.key, func(t *testing.T) {
+			got, err := Parse([]byte(tc.yaml), tc.key+".yaml")
+			if err != nil {
+				t.Fatalf("refused:\n%v", err)
+			}
+			want := Default()
+			tc.change(want)
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("got  %+v\nwant %+v", got, want)
+			}
+		})
+	}
+}
+
+func TestBoundsValidated(t *testing.T) {
+	for _, tc := range []struct {
+		yaml, want string
+	}{
+		{"pipelines:\n  - {name: w, modality: text, text: {max_token_bytes: 0}}\n", "pipelines[0].text.max_token_bytes: must be in 1..1048576, got 0"},
+		{"pipelines:\n  - {name: w, modality: text, text: {max_token_bytes: 1000, vocabulary_bytes: 1000}}\n", "pipelines[0].text.vocabulary_bytes: must be in text.max_token_bytes+256 (1256)"},
+		{"pipelines:\n  - {name: v, modality: video, video: {reorder: 4, max_frame_jump: 4}}\n", "pipelines[0].video.max_frame_jump: must be in video.reorder+1 (5)"},
+	} {
+		_, err := Parse([]byte(tc.yaml), "x.yaml")
+		if err == nil || !strings.Contains(err.Error(), "x.yaml:2: "+tc.want) {
+			t.Errorf("%q: error %v, want %q", tc.yaml, err, tc.want)
+		}
+	}
+	p := DefaultPipeline(Text, "w")
+	if p.Text.MaxTokenBytes != 64 || p.Text.VocabularyBytes != 8<<20 || DefaultPipeline(Video, "v").Video.MaxFrameJump != DefaultMaxFrameJump {
+		t.Errorf("defaults %+v, %+v", p.Text, DefaultPipeline(Video, "v").Video)
+	}
+}

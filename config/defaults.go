@@ -80,10 +80,10 @@ func DefaultPipeline(m Modality, name string) Pipeline {
 			PoolStride:   2,
 		},
 		Text: TextSettings{
-			Vocabulary: 50000, MaxTokens: 10000, Window: 4, MaxPairs: 3 << 20,
+			Vocabulary: 50000, VocabularyBytes: 8 << 20, MaxTokens: 10000, MaxTokenBytes: 64, Window: 4, MaxPairs: 3 << 20,
 			MinCount: 10, Weighting: "ppmi", PublishVocabulary: true,
 		},
-		Video:   VideoSettings{MaxStreams: 1024, Reorder: 2},
+		Video:   VideoSettings{MaxStreams: 1024, Reorder: 2, MaxFrameJump: DefaultMaxFrameJump},
 		Learner: LearnerSMT,
 		ADMM: ADMM{
 			Atoms: 256, Prior: PriorSparse, Schedule: 1, Lambda: 0.1, Omega: 1e-4, Rho: 0.5,

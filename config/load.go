@@ -153,12 +153,18 @@ func join(path, key string) string {
 }
 
 // applyDefaults fills every field absent from the file with its default.
+//
+// A file without pipelines gets the default pipelines as they are: they
+// are complete, and filling them again as if read from the file would
+// take each one's absent modality for image and give all three the image
+// subjects.
 func applyDefaults(cfg *Config, present map[string]int) {
 	def := Default()
+	fill(reflect.ValueOf(cfg).Elem(), reflect.ValueOf(def).Elem(), "", present)
 	if _, ok := present["pipelines"]; !ok {
 		cfg.Pipelines = def.Pipelines
+		return
 	}
-	fill(reflect.ValueOf(cfg).Elem(), reflect.ValueOf(def).Elem(), "", present)
 	for i := range cfg.Pipelines {
 		p := &cfg.Pipelines[i]
 		path := fmt.Sprintf("pipelines[%d]", i)

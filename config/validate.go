@@ -124,6 +124,9 @@ func (c *Config) validatePipeline(v *validator, p *Pipeline, path string) {
 	if p.Modality == Text {
 		v.check(p.Text.Vocabulary >= 1 && p.Text.Vocabulary <= 1<<24, f("text.vocabulary"), "must be in 1..16777216, got %d", p.Text.Vocabulary)
 		v.check(p.Text.MaxTokens >= 1, f("text.max_tokens"), "must be >= 1, got %d", p.Text.MaxTokens)
+		v.check(p.Text.MaxTokenBytes >= 1 && p.Text.MaxTokenBytes <= 1<<20, f("text.max_token_bytes"), "must be in 1..1048576, got %d", p.Text.MaxTokenBytes)
+		v.check(p.Text.VocabularyBytes >= p.Text.MaxTokenBytes+256 && p.Text.VocabularyBytes <= 1<<40, f("text.vocabulary_bytes"),
+			"must be in text.max_token_bytes+256 (%d)..1099511627776, got %d", p.Text.MaxTokenBytes+256, p.Text.VocabularyBytes)
 		v.check(p.Text.Window >= 1, f("text.window"), "must be >= 1, got %d", p.Text.Window)
 		v.check(p.Text.MaxPairs >= 1, f("text.max_pairs"), "must be >= 1, got %d", p.Text.MaxPairs)
 		v.check(p.Text.MinCount >= 0, f("text.min_count"), "must be >= 0, got %g", p.Text.MinCount)
@@ -143,6 +146,7 @@ func (c *Config) validatePipeline(v *validator, p *Pipeline, path string) {
 	if p.Modality == Video {
 		v.check(p.Video.MaxStreams >= 1 && p.Video.MaxStreams <= 1<<20, f("video.max_streams"), "must be in 1..1048576, got %d", p.Video.MaxStreams)
 		v.check(p.Video.Reorder >= 0 && p.Video.Reorder <= 64, f("video.reorder"), "must be in 0..64, got %d", p.Video.Reorder)
+		v.check(p.Video.MaxFrameJump > p.Video.Reorder && p.Video.MaxFrameJump <= 1<<62, f("video.max_frame_jump"), "must be in video.reorder+1 (%d)..4611686018427387904, got %d", p.Video.Reorder+1, p.Video.MaxFrameJump)
 	}
 	v.check(oneOf(p.Learner, LearnerSMT, LearnerKSM, LearnerADMM), f("learner"), "must be smt, ksm or admm, got %q", p.Learner)
 	switch p.Learner {

@@ -87,6 +87,9 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 			d.Shutdown(context.Background())
 		}
 	}()
+	if err := checkDataDir(d.cfg.DataDir); err != nil {
+		return err
+	}
 	if d.cfg.NATS.URL == "" {
 		if d.server, d.identity, err = d.startEmbedded(); err != nil {
 			return err

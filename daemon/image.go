@@ -97,6 +97,7 @@ func newImageModel(p *config.Pipeline, src rand.Source) *imageModel {
 		m.smt = sgd.NewSMT(smtSettings(p, blank), src)
 		if p.Modality == config.Video {
 			m.frames = newFrameTracker(p.Video.MaxStreams, p.Video.Reorder, p.KMeans.Atoms)
+			m.frames.maxJump = uint64(p.Video.MaxFrameJump)
 		}
 	}
 	m.tune(p)
@@ -502,6 +503,7 @@ func (m *imageModel) restore(secs []Section) error {
 			return err
 		}
 		frames = newFrameTracker(m.frames.maxStreams, m.frames.reorder, m.frames.atoms)
+		frames.maxJump = m.frames.maxJump
 		if err := frames.UnmarshalBinary(b); err != nil {
 			return err
 		}
@@ -540,6 +542,7 @@ func (m *imageModel) describe() map[string]any {
 			d["video_streams"] = c.Streams
 			d["video_frames_late"] = c.Late
 			d["video_gaps"] = c.Gaps
+			d["video_chain_restarts"] = c.ChainRestarts
 			d["video_streams_forgotten"] = c.StreamsForgotten
 		}
 	} else {

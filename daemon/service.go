@@ -121,7 +121,7 @@ func (pl *pipeline) handleNeighbours(req micro.Request) {
 	data := bytes.TrimSpace(req.Data())
 	if len(data) > 0 && data[0] == '{' {
 		if err := json.Unmarshal(data, &q); err != nil {
-			req.Error("400", "bad request: "+err.Error(), nil)
+			req.Error("400", "bad request: "+echo(err.Error()), nil)
 			return
 		}
 	} else {
@@ -132,7 +132,7 @@ func (pl *pipeline) handleNeighbours(req micro.Request) {
 	}
 	tokens := dataset.Tokenize(q.Word)
 	if len(tokens) != 1 || q.K < 1 || q.K > 1000 {
-		req.Error("400", fmt.Sprintf("want one word and k in 1..1000, got %q (%d tokens) and k %d", q.Word, len(tokens), q.K), nil)
+		req.Error("400", fmt.Sprintf("want one word and k in 1..1000, got %s (%d tokens) and k %d", echo(q.Word), len(tokens), q.K), nil)
 		return
 	}
 	snap := pl.snap.Load()
@@ -148,7 +148,7 @@ func (pl *pipeline) handleNeighbours(req micro.Request) {
 	sv := t.solved
 	id, ok := sv.vocab.Lookup(tokens[0])
 	if !ok || !sv.vectors.Used(id) {
-		req.Error("404", fmt.Sprintf("%q has no embedding (unseen, or seen fewer than text.min_count times)", tokens[0]), nil)
+		req.Error("404", fmt.Sprintf("%s has no embedding (unseen, or seen fewer than text.min_count times)", echo(tokens[0])), nil)
 		return
 	}
 	rep := NeighboursReply{Pipeline: snap.cfg.Name, ModelVersion: snap.version, Word: tokens[0], Neighbours: []Neighbour{}}
@@ -281,7 +281,7 @@ func (d *Daemon) handleCheckpoint(req micro.Request) {
 		infos = append(infos, res.info)
 	}
 	if len(infos) == 0 {
-		req.Error("404", fmt.Sprintf("no pipeline %q", want), nil)
+		req.Error("404", "no pipeline "+echo(want), nil)
 		return
 	}
 	req.RespondJSON(infos)

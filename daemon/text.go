@@ -54,7 +54,7 @@ type wordSolve struct {
 }
 
 func newTextModel(p *config.Pipeline, src rand.Source) *textModel {
-	m := &textModel{vocab: online.NewVocabulary(p.Text.Vocabulary), src: src}
+	m := &textModel{vocab: online.NewBoundedVocabulary(p.Text.Vocabulary, p.Text.VocabularyBytes), src: src}
 	if p.SMT.Dim > 0 {
 		m.stats = sgd.NewWordStats(sgd.WordSettings{
 			Words: p.Text.Vocabulary, Window: p.Text.Window, MaxPairs: p.Text.MaxPairs, Memory: p.SMT.Memory,
@@ -249,6 +249,9 @@ func (m *textModel) restore(secs []Section) error {
 	if v.Size() != m.vocab.Size() {
 		return fmt.Errorf("smtd: checkpoint vocabulary holds %d words, config text.vocabulary is %d", v.Size(), m.vocab.Size())
 	}
+	// The configured byte bound applies to a checkpoint written under
+	// another one, or under none (vocabulary format 1).
+	evicted := v.SetMaxBytes(nil, m.vocab.MaxBytes())
 	if m.stats == nil {
 		m.vocab = v
 		return nil
@@ -280,12 +283,22 @@ func (m *textModel) restore(secs []Section) error {
 	if !d.Done() {
 		return fmt.Errorf("word-embeddings: bad encoding")
 	}
+	for _, id := range evicted {
+		stats.Reset(id)
+	}
+	if len(evicted) > 0 {
+		// The embeddings were solved for words no longer kept.
+		solved, since = nil, max(since, 1)
+	}
 	m.vocab, m.stats, m.solved, m.sinceSolve = v, stats, solved, int(since)
 	return nil
 }
 
 func (m *textModel) describe() map[string]any {
-	d := map[string]any{"vocabulary_size": m.vocab.Size(), "words": m.vocab.Len()}
+	d := map[string]any{
+		"vocabulary_size": m.vocab.Size(), "words": m.vocab.Len(),
+		"vocabulary_bytes": m.vocab.Bytes(), "vocabulary_max_bytes": m.vocab.MaxBytes(),
+	}
 	if m.embed.Dim > 0 {
 		d["smt_dim"] = m.embed.Dim
 		embedded := 0
@@ -325,7 +338,7 @@ const vocabularyChunkWords = 256
 func (sv *wordSolve) vocabularyChunks(pipeline string, version uint64) []vocabularyChunk {
 	var ids []int
 	for id := range sv.vectors.Len() {
-		if sv.vectors.Used(id) && id < sv.vocab.Len() {
+		if sv.vectors.Used(id) && id < sv.vocab.Slots() && sv.vocab.Word(id) != "" {
 			ids = append(ids, id)
 		}
 	}

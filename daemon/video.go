@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/smtd/smtd/config"
 	"github.com/smtd/smtd/internal/state"
 	"github.com/smtd/smtd/online"
 )
@@ -24,15 +25,24 @@ import (
 // consecutive. A frame older than the one expected, or a repeated index,
 // is late: it is coded and published, but not part of any triple.
 //
+// A frame whose index is more than maxJump away from the newest index of
+// its stream, ahead or behind, restarts the stream's chain: the frames
+// waiting in the window are released first, and the stream continues from
+// that frame as if it were new. Without this horizon one frame numbered
+// 2⁶³−1 would make every later frame of the stream late, and a producer
+// that restarts its numbering at 0 would never be followed again.
+//
 // At most maxStreams streams are tracked; a new stream past that forgets
 // the least recently seen one. Memory is bounded by
 // maxStreams·(2+reorder) frames of codes.
 type frameTracker struct {
 	maxStreams, reorder int
-	atoms               int // K of the codes
+	maxJump             uint64 // the horizon; config video.max_frame_jump
+	atoms               int    // K of the codes
 	clock               uint64
 	streams             map[string]*frameStream
 	late, gaps, evicted int64
+	restarts            int64 // chains restarted by a frame past the horizon
 
 	// The triples released by the last add, their positions laid end to
 	// end: row p of prev, cur and next is the same patch in frames t−1,
@@ -54,8 +64,13 @@ type pendingFrame struct {
 	codes *online.SparseCodes
 }
 
+// newFrameTracker returns a tracker with the default horizon,
+// config.DefaultMaxFrameJump; set maxJump for another.
 func newFrameTracker(maxStreams, reorder, atoms int) *frameTracker {
-	t := &frameTracker{maxStreams: maxStreams, reorder: reorder, atoms: atoms, streams: make(map[string]*frameStream)}
+	t := &frameTracker{
+		maxStreams: maxStreams, reorder: reorder, maxJump: config.DefaultMaxFrameJump, atoms: atoms,
+		streams: make(map[string]*frameStream),
+	}
 	for _, c := range []*online.SparseCodes{&t.prev, &t.cur, &t.next} {
 		resetCodes(c, atoms)
 	}
@@ -93,6 +108,8 @@ func (t *frameTracker) add(batch []sample, codes *online.SparseCodes, n int) {
 			t.evict()
 			st = &frameStream{expected: s.frame}
 			t.streams[s.stream] = st
+		} else if distance(s.frame, st.newest()) > t.maxJump {
+			t.restart(st, s.frame)
 		}
 		st.seen = t.clock
 		if s.frame < st.expected || slices.ContainsFunc(st.pending, func(p pendingFrame) bool { return p.index == s.frame }) {
@@ -104,8 +121,32 @@ func (t *frameTracker) add(batch []sample, codes *online.SparseCodes, n int) {
 		resetCodes(frame, t.atoms)
 		appendRows(frame, codes, i*n, (i+1)*n)
 		st.pending = slices.Insert(st.pending, at, pendingFrame{index: s.frame, codes: frame})
-		t.release(st)
+		t.release(st, t.reorder)
 	}
+}
+
+// newest returns the highest frame index the stream has seen.
+func (st *frameStream) newest() uint64 {
+	if n := len(st.pending); n > 0 {
+		return st.pending[n-1].index
+	}
+	return st.expected - 1 // a stream is made with its first frame
+}
+
+// distance returns |a − b| without overflow.
+func distance(a, b uint64) uint64 {
+	if a > b {
+		return a - b
+	}
+	return b - a
+}
+
+// restart releases the frames st holds in its window, then starts a new
+// chain that expects frame next.
+func (t *frameTracker) restart(st *frameStream, next uint64) {
+	t.restarts++
+	t.release(st, 0)
+	st.chain, st.last, st.expected = 0, [2]*online.SparseCodes{}, next
 }
 
 func cmpU64(a, b uint64) int {
@@ -119,9 +160,10 @@ func cmpU64(a, b uint64) int {
 }
 
 // release moves the frames of st that are due from its window to its
-// chain, collecting the triples they complete.
-func (t *frameTracker) release(st *frameStream) {
-	for len(st.pending) > 0 && (st.pending[0].index == st.expected || len(st.pending) > t.reorder) {
+// chain, collecting the triples they complete: the one expected, and the
+// first while more than window frames wait (0 releases them all).
+func (t *frameTracker) release(st *frameStream, window int) {
+	for len(st.pending) > 0 && (st.pending[0].index == st.expected || len(st.pending) > window) {
 		f := st.pending[0]
 		st.pending = slices.Delete(st.pending, 0, 1)
 		if f.index != st.expected {
@@ -159,20 +201,23 @@ func (t *frameTracker) evict() {
 type frameCounts struct {
 	Streams                      int
 	Late, Gaps, StreamsForgotten int64
+	ChainRestarts                int64
 }
 
 func (t *frameTracker) counts() *frameCounts {
-	return &frameCounts{Streams: len(t.streams), Late: t.late, Gaps: t.gaps, StreamsForgotten: t.evicted}
+	return &frameCounts{Streams: len(t.streams), Late: t.late, Gaps: t.gaps, StreamsForgotten: t.evicted, ChainRestarts: t.restarts}
 }
 
-const frameTrackerVersion = 2
+// frameTrackerVersion 3 adds the restarts counter; version 2 is read with
+// none.
+const frameTrackerVersion = 3
 
 // MarshalBinary writes the tracker with its streams in name order, so that
 // equal trackers give equal bytes.
 func (t *frameTracker) MarshalBinary() ([]byte, error) {
 	e := state.NewEncoder(nil)
 	e.U8(frameTrackerVersion)
-	for _, v := range []uint64{t.clock, uint64(t.late), uint64(t.gaps), uint64(t.evicted), uint64(len(t.streams))} {
+	for _, v := range []uint64{t.clock, uint64(t.late), uint64(t.gaps), uint64(t.evicted), uint64(t.restarts), uint64(len(t.streams))} {
 		e.Uvarint(v)
 	}
 	codes := func(c *online.SparseCodes) {
@@ -211,16 +256,21 @@ func (t *frameTracker) MarshalBinary() ([]byte, error) {
 
 var errFrameTracker = errors.New("video frame tracker: bad encoding")
 
-// UnmarshalBinary reads a tracker written by MarshalBinary into t, keeping
-// t's limits; on error t is unchanged.
+// UnmarshalBinary reads a tracker written by MarshalBinary, of this or the
+// previous version, into t, keeping t's limits; on error t is unchanged.
 func (t *frameTracker) UnmarshalBinary(data []byte) error {
 	d := state.NewDecoder(data)
-	if v := d.U8(); v != frameTrackerVersion {
-		return fmt.Errorf("video frame tracker: version %d, want %d", v, frameTrackerVersion)
+	v := d.U8()
+	if v != frameTrackerVersion && v != 2 {
+		return fmt.Errorf("video frame tracker: version %d, want 2 or %d", v, frameTrackerVersion)
 	}
 	c := newFrameTracker(t.maxStreams, t.reorder, t.atoms)
+	c.maxJump = t.maxJump
 	c.clock = d.Uvarint()
 	c.late, c.gaps, c.evicted = int64(d.Uvarint()), int64(d.Uvarint()), int64(d.Uvarint())
+	if v >= 3 {
+		c.restarts = int64(d.Uvarint())
+	}
 	n := d.Uvarint()
 	count := func() int {
 		v := d.Uvarint()

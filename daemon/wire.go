@@ -49,6 +49,7 @@ const (
 	ReasonBadUTF8       = "bad_utf8"
 	ReasonTooManyTokens = "too_many_tokens"
 	ReasonOutOfRange    = "out_of_range"
+	ReasonTokenTooLong  = "token_too_long"
 )
 
 // InputError says why an input message was rejected.
@@ -58,6 +59,24 @@ type InputError struct {
 }
 
 func (e *InputError) Error() string { return "smtd: " + e.Reason + ": " + e.Detail }
+
+// maxEcho is the most bytes of an input that an error reply or error
+// event quotes: enough to recognise it, while a message of megabytes
+// does not come back in a header or an event.
+const maxEcho = 64
+
+// echo quotes the input s for an error message: its first maxEcho bytes
+// (cut at a rune boundary), then "…" and its length when it is longer.
+func echo(s string) string {
+	if len(s) <= maxEcho {
+		return strconv.Quote(s)
+	}
+	cut := maxEcho
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return strconv.Quote(s[:cut]) + "… (" + strconv.Itoa(len(s)) + " bytes)"
+}
 
 func reject(reason, format string, args ...any) *InputError {
 	return &InputError{Reason: reason, Detail: fmt.Sprintf(format, args...)}
@@ -108,6 +127,13 @@ func decode(p *config.Pipeline, h nats.Header, data []byte) (sample, error) {
 		if len(s.tokens) > p.Text.MaxTokens {
 			return s, reject(ReasonTooManyTokens, "%d tokens, limit %d", len(s.tokens), p.Text.MaxTokens)
 		}
+		// A token is a vocabulary word: one of megabytes would be
+		// learned as one.
+		for i, t := range s.tokens {
+			if len(t) > p.Text.MaxTokenBytes {
+				return s, reject(ReasonTokenTooLong, "token %d of %d bytes, limit %d: %s", i, len(t), p.Text.MaxTokenBytes, echo(t))
+			}
+		}
 		return s, nil
 	case config.Video:
 		s.stream = header(h, HeaderStream)
@@ -123,7 +149,7 @@ func decode(p *config.Pipeline, h nats.Header, data []byte) (sample, error) {
 		}
 		n, err := strconv.ParseUint(f, 10, 64)
 		if err != nil {
-			return s, reject(ReasonBadHeader, "%s %q is not a frame index", HeaderFrame, f)
+			return s, reject(ReasonBadHeader, "%s %s is not a frame index", HeaderFrame, echo(f))
 		}
 		s.frame = n
 	}
@@ -145,7 +171,7 @@ func decodeImage(shape config.ImageShape, maxValue float64, h nats.Header, data 
 		return decodePNG(shape, data)
 	case "raw", "":
 	default:
-		return nil, reject(ReasonBadHeader, "%s %q: want raw or png", HeaderEncoding, enc)
+		return nil, reject(ReasonBadHeader, "%s %s: want raw or png", HeaderEncoding, echo(enc))
 	}
 	sh := header(h, HeaderShape)
 	dt := header(h, HeaderDtype)
@@ -167,7 +193,7 @@ func decodeImage(shape config.ImageShape, maxValue float64, h nats.Header, data 
 	case "float32":
 		size = 4
 	default:
-		return nil, reject(ReasonBadDtype, "dtype %q: want uint8 or float32", dt)
+		return nil, reject(ReasonBadDtype, "dtype %s: want uint8 or float32", echo(dt))
 	}
 	switch {
 	case len(data) < n*size:
@@ -199,13 +225,13 @@ func decodeImage(shape config.ImageShape, maxValue float64, h nats.Header, data 
 func parseShape(s string) (rows, cols, ch int, err error) {
 	parts := strings.Split(s, ",")
 	if len(parts) < 2 || len(parts) > 3 {
-		return 0, 0, 0, reject(ReasonBadHeader, "%s %q: want rows,cols[,channels]", HeaderShape, s)
+		return 0, 0, 0, reject(ReasonBadHeader, "%s %s: want rows,cols[,channels]", HeaderShape, echo(s))
 	}
 	dims := []int{0, 0, 1}
 	for i, p := range parts {
 		n, err := strconv.Atoi(strings.TrimSpace(p))
 		if err != nil || n < 1 || n > 1<<16 {
-			return 0, 0, 0, reject(ReasonBadHeader, "%s %q: want rows,cols[,channels]", HeaderShape, s)
+			return 0, 0, 0, reject(ReasonBadHeader, "%s %s: want rows,cols[,channels]", HeaderShape, echo(s))
 		}
 		dims[i] = n
 	}
@@ -319,11 +345,11 @@ func DecodeOutput(h nats.Header, data []byte) (vector []float32, label string, e
 		return j.Vector, j.Label, nil
 	}
 	if dt := header(h, HeaderDtype); dt != "float32" {
-		return nil, "", fmt.Errorf("smtd: output dtype %q, want float32", dt)
+		return nil, "", fmt.Errorf("smtd: output dtype %s, want float32", echo(dt))
 	}
 	n, err := strconv.Atoi(header(h, HeaderShape))
 	if err != nil || n < 0 || len(data) != 4*n {
-		return nil, "", fmt.Errorf("smtd: output of %d bytes does not have shape %q", len(data), header(h, HeaderShape))
+		return nil, "", fmt.Errorf("smtd: output of %d bytes does not have shape %s", len(data), echo(header(h, HeaderShape)))
 	}
 	vector = make([]float32, n)
 	for i := range vector {
@@ -337,11 +363,11 @@ func DecodeOutput(h nats.Header, data []byte) (vector []float32, label string, e
 // admm pipeline publishes on <output subject>.atoms.
 func DecodeMatrix(h nats.Header, data []byte) (*mat.Dense, error) {
 	if dt := header(h, HeaderDtype); dt != "float32" {
-		return nil, fmt.Errorf("smtd: matrix dtype %q, want float32", dt)
+		return nil, fmt.Errorf("smtd: matrix dtype %s, want float32", echo(dt))
 	}
 	rows, cols, ch, err := parseShape(header(h, HeaderShape))
 	if err != nil || ch != 1 || len(data) != 4*rows*cols {
-		return nil, fmt.Errorf("smtd: matrix of %d bytes does not have shape %q", len(data), header(h, HeaderShape))
+		return nil, fmt.Errorf("smtd: matrix of %d bytes does not have shape %s", len(data), echo(header(h, HeaderShape)))
 	}
 	m := mat.NewDense(rows, cols, nil)
 	raw := m.RawMatrix().Data
@@ -383,7 +409,7 @@ func DecodePoint(h nats.Header, data []byte) ([]float64, string, error) {
 		px, err := decodeImage(config.ImageShape{Width: cols, Height: rows, Channels: ch}, math.MaxFloat32, h, data)
 		return px, label, err
 	case enc != "":
-		return nil, "", reject(ReasonBadHeader, "%s %q: want raw or png", HeaderEncoding, enc)
+		return nil, "", reject(ReasonBadHeader, "%s %s: want raw or png", HeaderEncoding, echo(enc))
 	}
 	v, label, err := DecodeOutput(h, data)
 	if err != nil {

@@ -210,3 +210,33 @@ func TestDecodePoint(t *testing.T) {
 		t.Errorf("text: %v, want ErrNotPoint", err)
 	}
 }
+
+// A rejection quotes at most maxEcho bytes of the header it refuses, so
+// that an error event stays small whatever the input.
+func TestDecodeErrorIsShort(t *testing.T) {
+	img := config.DefaultPipeline(config.Image, "images")
+	vid := config.DefaultPipeline(config.Video, "frames")
+	long := strings.Repeat("x", 100<<10)
+	for _, tc := range []struct {
+		name string
+		p    *config.Pipeline
+		h    nats.Header
+	}{
+		{"frame", &vid, hdr(HeaderStream, "s", HeaderFrame, long)},
+		{"encoding", &img, hdr(HeaderEncoding, long)},
+		{"dtype", &img, hdr(HeaderShape, "28,28", HeaderDtype, long)},
+		{"shape", &img, hdr(HeaderShape, long, HeaderDtype, "uint8")},
+	} {
+		_, err := decode(tc.p, tc.h, []byte{1})
+		var ie *InputError
+		if !errors.As(err, &ie) {
+			t.Fatalf("%s: error %v, want an *InputError", tc.name, err)
+		}
+		if len(err.Error()) > 200 || !strings.Contains(err.Error(), "… (102400 bytes)") {
+			t.Errorf("%s: error of %d bytes: %.300s", tc.name, len(err.Error()), err)
+		}
+	}
+	if got, want := echo("é"+strings.Repeat("é", maxEcho)), `"`+strings.Repeat("é", maxEcho/2)+`"… (130 bytes)`; got != want {
+		t.Errorf("echo cuts a rune: %s, want %s", got, want)
+	}
+}

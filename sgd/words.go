@@ -112,9 +112,11 @@ func (s WordSettings) maxSlots() int {
 // # Vocabulary slots
 //
 // online.Vocabulary hands the slot of its rarest word to a new word when
-// it is full (Space-Saving). The statistics of that slot belong to the
-// evicted word, so the caller must call Reset(id) before the slot's new
-// word is added; AssignIDs does it. Reset zeroes c_id and marks every
+// it is full (Space-Saving), and with a byte bound a long word may free
+// several slots. The statistics of such a slot belong to the evicted
+// word, so the caller must call Reset(id) for every slot evicted before
+// the slot's new word is added (online.Vocabulary.AddEvicted lists them);
+// AssignIDs does it. Reset zeroes c_id and marks every
 // pair of the slot stale in O(1): a pair stores the value of a reset clock
 // when it was created and is ignored (then overwritten or pruned) once
 // either of its slots has been reset since. Note that the vocabulary's
@@ -150,7 +152,8 @@ type WordStats struct {
 	batches int64 // minibatches with at least one counted token
 	prunes  int64 // prunings of the pair table
 
-	evicted map[int]int // workspace of AssignIDs
+	evicted map[int]int // workspaces of AssignIDs
+	slots   []int
 }
 
 // wordPair is a slot of the pair table: key = a<<32 | b with a < b (so 0
@@ -325,11 +328,11 @@ func (ws *WordStats) Reset(id int) {
 }
 
 // AssignIDs appends to dst[:0] the vocabulary slot of each token, adding
-// the tokens to v (online.Vocabulary.Add), and returns it: the ids for
-// Add. When v hands a slot that held an evicted word to a new word,
-// AssignIDs resets that slot (Reset) and turns the earlier tokens of the
-// same call that carried the evicted word into −1, so that no token is
-// counted under a word it is not. It panics with mat.ErrShape if
+// the tokens to v (online.Vocabulary.AddEvicted), and returns it: the ids for
+// Add. When v evicts a word, to hand its slot to a new word or to stay
+// within its byte bound, AssignIDs resets that slot (Reset) and turns the
+// earlier tokens of the same call that carried the evicted word into −1,
+// so that no token is counted under a word it is not. It panics with mat.ErrShape if
 // v.Size() != Words.
 func (ws *WordStats) AssignIDs(dst []int, v *online.Vocabulary, tokens []string) []int {
 	if v.Size() != ws.s.Words {
@@ -341,12 +344,11 @@ func (ws *WordStats) AssignIDs(dst []int, v *online.Vocabulary, tokens []string)
 	clear(ws.evicted)
 	dst = dst[:0]
 	for i, t := range tokens {
-		_, known := v.Lookup(t)
-		full := v.Len() == v.Size()
-		id := v.Add(t)
-		if !known && full {
-			ws.Reset(id)
-			ws.evicted[id] = i
+		var id int
+		id, ws.slots = v.AddEvicted(ws.slots[:0], t)
+		for _, e := range ws.slots {
+			ws.Reset(e)
+			ws.evicted[e] = i
 		}
 		dst = append(dst, id)
 	}
@@ -589,7 +591,7 @@ func (ws *WordStats) Clone() *WordStats {
 	c.vd = slices.Clone(ws.vd)
 	c.resetAt = slices.Clone(ws.resetAt)
 	c.tab = slices.Clone(ws.tab)
-	c.evicted = nil
+	c.evicted, c.slots = nil, nil
 	return &c
 }
 

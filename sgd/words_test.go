@@ -331,6 +331,28 @@ func TestWordStatsAssignIDs(t *testing.T) {
 	}
 }
 
+// A long word that evicts several words of a byte-bounded vocabulary
+// resets each of their slots, and the earlier tokens of the message that
+// named them are left out.
+func TestWordStatsAssignIDsByteBound(t *testing.T) {
+	const slot = online.VocabularySlotBytes
+	v := online.NewBoundedVocabulary(4, 3*slot+5)
+	st := sgd.NewWordStats(sgd.WordSettings{Words: 4, Window: 1})
+	ids := st.AssignIDs(nil, v, []string{"a", "a", "b", "c"})
+	st.Add(ids, []int{4})
+	// "longword" (8 bytes) needs b and c to go: the two rarest.
+	ids = st.AssignIDs(ids, v, []string{"c", "b", "a", "longword"})
+	if !slices.Equal(ids, []int{-1, -1, 0, 2}) {
+		t.Fatalf("ids %v, want [-1 -1 0 2]", ids)
+	}
+	if st.Count(1) != 0 || st.Count(2) != 0 || st.Cooccurrence(1, 2) != 0 || st.Count(0) != 2 {
+		t.Errorf("slots 1 and 2 not reset: counts %v %v %v, C_12 %v", st.Count(0), st.Count(1), st.Count(2), st.Cooccurrence(1, 2))
+	}
+	if v.Bytes() > v.MaxBytes() {
+		t.Errorf("vocabulary of %d bytes > %d", v.Bytes(), v.MaxBytes())
+	}
+}
+
 func TestWordStatsPanics(t *testing.T) {
 	st := sgd.NewWordStats(sgd.WordSettings{Words: 3})
 	for _, tc := range []struct {
