@@ -39,6 +39,9 @@ type scratch struct {
 
 	cand    []float64 // seeding candidates, one per row
 	candRow []int     // the compacted row of each candidate
+	atomsT  []float64 // the seeded atoms as columns, for seeding
+
+	fused fusedScratch
 }
 
 func grow[T any](s []T, n int) []T {

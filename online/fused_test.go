@@ -1,0 +1,150 @@
+package online
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"gonum.org/v1/gonum/mat"
+)
+
+// scoreCase is one set of unit rows and unit atoms for the kernel tests,
+// with the float64 cosines as reference.
+type scoreCase struct {
+	m, k, dim int
+	x         []float64 // m×dim unit rows
+	atoms     *mat.Dense
+	pack      packedAtoms
+	want      []float64 // m×k float64 cosines of the float32-rounded inputs
+}
+
+// newScoreCase draws m rows and k atoms of dimension dim around nc
+// centres (so that argmax has a clear winner most of the time and f_gq
+// codes are not empty).
+func newScoreCase(rng *rand.Rand, m, k, dim int) *scoreCase {
+	nc := max(1, k/4)
+	all, _, _ := sphereClusters(rng, nc, dim, m+k, 0.3)
+	c := &scoreCase{m: m, k: k, dim: dim}
+	c.x = slices.Clone(all.RawMatrix().Data[:m*dim])
+	c.atoms = mat.DenseCopyOf(all.Slice(m, m+k, 0, dim))
+	c.pack = newPackedAtoms(k, dim)
+	for j := 0; j < k; j++ {
+		c.pack.set(j, c.atoms.RawRowView(j))
+	}
+	c.want = make([]float64, m*k)
+	for i := 0; i < m; i++ {
+		for j := 0; j < k; j++ {
+			var s float64
+			for l := 0; l < dim; l++ {
+				s += float64(float32(c.x[i*dim+l])) * float64(float32(c.atoms.At(j, l)))
+			}
+			c.want[i*k+j] = s
+		}
+	}
+	return c
+}
+
+// scoreTol bounds the error of a float32 dot product of two unit vectors
+// of dimension dim: dim roundings of at most 2^-24 each, with margin.
+func scoreTol(dim int) float64 { return 4 * float64(dim+2) * 0x1p-24 }
+
+// checkArgmaxKernel runs kn's argmax on c through scratch.argmaxFused and
+// compares with the float64 reference: the cosine within scoreTol, and the
+// same atom unless the reference's best and the chosen atom are within
+// 2·scoreTol (a near-tie float32 cannot resolve).
+func checkArgmaxKernel(t *testing.T, kn *kernel, c *scoreCase, seeded int) {
+	t.Helper()
+	var s scratch
+	s.x = c.x
+	s.argmaxFused(kn, &c.pack, seeded, c.m)
+	tol := scoreTol(c.dim)
+	for i := 0; i < c.m; i++ {
+		if seeded == 0 {
+			if s.best[i] != -1 || s.cos[i] != 0 {
+				t.Fatalf("%s: row %d: got %d, %v with no atom, want -1, 0", kn.name, i, s.best[i], s.cos[i])
+			}
+			continue
+		}
+		row := c.want[i*c.k : i*c.k+seeded]
+		want := 0
+		for j, v := range row {
+			if v > row[want] {
+				want = j
+			}
+		}
+		got := s.best[i]
+		if got < 0 || got >= seeded {
+			t.Fatalf("%s m=%d k=%d dim=%d seeded=%d: row %d: atom %d out of range", kn.name, c.m, c.k, c.dim, seeded, i, got)
+		}
+		if math.Abs(s.cos[i]-row[got]) > tol {
+			t.Fatalf("%s m=%d k=%d dim=%d: row %d: cosine %v of atom %d, want %v ± %v", kn.name, c.m, c.k, c.dim, i, s.cos[i], got, row[got], tol)
+		}
+		if got != want && row[want]-row[got] > 2*tol {
+			t.Fatalf("%s m=%d k=%d dim=%d: row %d: atom %d (cos %v), want %d (cos %v)", kn.name, c.m, c.k, c.dim, i, got, row[got], want, row[want])
+		}
+	}
+}
+
+// checkAboveKernel runs kn's threshold kernel on c through
+// scratch.codesFused and compares with the float64 reference: increasing
+// atoms, cosines within scoreTol, and the same set except for atoms within
+// scoreTol of the threshold.
+func checkAboveKernel(t *testing.T, kn *kernel, c *scoreCase, seeded int, thr float64) {
+	t.Helper()
+	var s scratch
+	s.x = c.x
+	s.rows = make([]int, c.m)
+	for i := range s.rows {
+		s.rows[i] = i
+	}
+	var codes SparseCodes
+	s.codesFused(&codes, kn, &c.pack, seeded, c.m, c.m, thr)
+	tol := scoreTol(c.dim)
+	for i := 0; i < c.m; i++ {
+		atoms, cos := codes.Row(i)
+		row := c.want[i*c.k : i*c.k+max(seeded, 0)]
+		got := make(map[int]bool)
+		for n, j := range atoms {
+			if j < 0 || j >= seeded || (n > 0 && j <= atoms[n-1]) {
+				t.Fatalf("%s m=%d k=%d dim=%d: row %d: atoms %v not increasing in [0, %d)", kn.name, c.m, c.k, c.dim, i, atoms, seeded)
+			}
+			if cos[n] < thr || math.Abs(cos[n]-row[j]) > tol {
+				t.Fatalf("%s: row %d atom %d: cosine %v, want %v ± %v and ≥ %v", kn.name, i, j, cos[n], row[j], tol, thr)
+			}
+			got[j] = true
+		}
+		for j, v := range row {
+			if v >= thr+tol && !got[j] {
+				t.Fatalf("%s m=%d k=%d dim=%d: row %d: atom %d (cos %v) missing at t = %v", kn.name, c.m, c.k, c.dim, i, j, v, thr)
+			}
+		}
+	}
+}
+
+func TestFusedKernelsRandom(t *testing.T) {
+	rng := rand.New(rand.NewPCG(71, 72))
+	for _, kn := range kernels() {
+		for _, sz := range []struct{ m, k, dim int }{
+			{1, 1, 1}, {7, 33, 36}, {64, 256, 36}, {25, 100, 3}, {9, 1000, 108}, {17, 65, 300},
+		} {
+			t.Run(fmt.Sprintf("%s/m=%d,k=%d,dim=%d", kn.name, sz.m, sz.k, sz.dim), func(t *testing.T) {
+				c := newScoreCase(rng, sz.m, sz.k, sz.dim)
+				for _, seeded := range []int{sz.k, sz.k / 2, 1, 0} {
+					for j := 0; j < sz.k; j++ {
+						if j < seeded {
+							c.pack.set(j, c.atoms.RawRowView(j))
+						} else {
+							c.pack.reset(j) // atoms not seeded are NaN
+						}
+					}
+					checkArgmaxKernel(t, kn, c, seeded)
+					for _, thr := range []float64{-2, 0, 0.3, 0.9} {
+						checkAboveKernel(t, kn, c, seeded, thr)
+					}
+				}
+			})
+		}
+	}
+}
