@@ -138,11 +138,11 @@ type KMeans struct {
 	s   KMeansSettings
 	rng *rand.Rand // nil when the source is nil
 
-	atoms  *mat.Dense // K×Dim, one atom per row
-	atomsT []float64  // Dim×K, the atoms as columns, for the score product
-	counts []float64  // N_j
-	last   []int64    // minibatch in which atom j was last assigned or seeded
-	seeded int        // atoms 0..seeded-1 are in use
+	atoms  *mat.Dense  // K×Dim, one atom per row
+	packed packedAtoms // float32 copy of the atoms for the fused kernels
+	counts []float64   // N_j
+	last   []int64     // minibatch in which atom j was last assigned or seeded
+	seeded int         // atoms 0..seeded-1 are in use
 
 	batches int64 // minibatches learned (with at least one non-blank row)
 	samples int64 // non-blank rows learned
@@ -166,7 +166,7 @@ func NewKMeans(s KMeansSettings, src rand.Source) *KMeans {
 	k := &KMeans{
 		s:      s,
 		atoms:  mat.NewDense(s.K, s.Dim, nil),
-		atomsT: make([]float64, s.Dim*s.K),
+		packed: newPackedAtoms(s.K, s.Dim),
 		counts: make([]float64, s.K),
 		last:   make([]int64, s.K),
 	}
@@ -240,14 +240,19 @@ func (k *KMeans) Idle(dst []int64) []int64 {
 	return dst
 }
 
-func (k *KMeans) atomsTView() blas64.General {
-	return blas64.General{Rows: k.s.Dim, Cols: k.seeded, Stride: k.s.K, Data: k.atomsT}
-}
-
 func (k *KMeans) setAtom(j int, v []float64) {
 	copy(k.atoms.RawRowView(j), v)
-	for l, x := range v {
-		k.atomsT[l*k.s.K+j] = x
+	k.packed.set(j, v)
+}
+
+// repack rebuilds the float32 copy of the atoms from the float64 ones.
+func (k *KMeans) repack() {
+	for j := 0; j < k.s.K; j++ {
+		if j < k.seeded {
+			k.packed.set(j, k.atoms.RawRowView(j))
+		} else {
+			k.packed.reset(j)
+		}
 	}
 }
 
@@ -283,7 +288,7 @@ func (k *KMeans) LearnAssign(dst []int, cos []float64, x mat.Matrix, blank []boo
 	if k.seeded < k.s.K {
 		k.seed(m, cur)
 	}
-	w.argmax(k.atomsTView(), m)
+	w.argmaxFused(fused, &k.packed, k.seeded, m)
 	w.spread(dst, cos, r, m)
 	if k.seeded == k.s.K {
 		k.update(m, cur)
@@ -304,8 +309,12 @@ func (k *KMeans) LearnAssign(dst []int, cos []float64, x mat.Matrix, blank []boo
 // more rows of positive weight than atoms missing, they are all taken.
 func (k *KMeans) seed(m int, cur int64) {
 	w := &k.work
-	w.argmax(k.atomsTView(), m) // w.cos: nearest seeded atom, 0 if none
 	dim := k.s.Dim
+	// The seeding weights come from float64 cosines, so that a row equal
+	// to an atom has weight exactly zero.
+	w.atomsT = grow(w.atomsT, dim*k.seeded)
+	transposeInto(w.atomsT, blas64.General{Rows: k.seeded, Cols: dim, Stride: dim, Data: k.atoms.RawMatrix().Data})
+	w.argmax(blas64.General{Rows: dim, Cols: k.seeded, Stride: max(1, k.seeded), Data: w.atomsT}, m) // w.cos: nearest seeded atom, 0 if none
 	add := func(c int) {
 		j := k.seeded
 		k.setAtom(j, w.x[c*dim:(c+1)*dim])
@@ -428,8 +437,8 @@ func (k *KMeans) update(m int, cur int64) {
 		inv := 1 / math.Sqrt(ss)
 		for l := range phi {
 			phi[l] *= inv
-			k.atomsT[l*K+j] = phi[l]
 		}
+		k.packed.set(j, phi)
 	}
 }
 
@@ -509,7 +518,7 @@ func (k *KMeans) Assign(dst []int, cos []float64, x mat.Matrix) {
 	w := k.pool.Get().(*scratch)
 	defer k.pool.Put(w)
 	m := w.compact(x, nil)
-	w.argmax(k.atomsTView(), m)
+	w.argmaxFused(fused, &k.packed, k.seeded, m)
 	w.spread(dst, cos, r, m)
 }
 
@@ -549,27 +558,7 @@ func (k *KMeans) CodesGQ(dst *SparseCodes, x mat.Matrix, t float64) {
 	defer k.pool.Put(w)
 	m := w.compact(x, nil)
 	dst.Rows, dst.Atoms = r, k.s.K
-	dst.Ptr = grow(dst.Ptr, r+1)
-	dst.Index, dst.Cos = dst.Index[:0], dst.Cos[:0]
-	kk := k.seeded
-	next := 0 // next row of x whose Ptr is unset
-	w.scoreBlocks(k.atomsTView(), m, func(r0, n int, scores []float64) {
-		for i := 0; i < n; i++ {
-			row := w.rows[r0+i]
-			for ; next <= row; next++ {
-				dst.Ptr[next] = len(dst.Index)
-			}
-			for j, v := range scores[i*kk : (i+1)*kk] {
-				if v >= t {
-					dst.Index = append(dst.Index, j)
-					dst.Cos = append(dst.Cos, v)
-				}
-			}
-		}
-	})
-	for ; next <= r; next++ {
-		dst.Ptr[next] = len(dst.Index)
-	}
+	w.codesFused(dst, fused, &k.packed, k.seeded, m, r, t)
 }
 
 // Clone returns a deep copy of the dictionary. The copy draws from the same
@@ -580,7 +569,7 @@ func (k *KMeans) Clone() *KMeans {
 		s:       k.s,
 		rng:     k.rng,
 		atoms:   mat.DenseCopyOf(k.atoms),
-		atomsT:  slices.Clone(k.atomsT),
+		packed:  packedAtoms{dim: k.s.Dim, data: slices.Clone(k.packed.data)},
 		counts:  slices.Clone(k.counts),
 		last:    slices.Clone(k.last),
 		seeded:  k.seeded,
@@ -656,6 +645,6 @@ func (k *KMeans) UnmarshalBinary(data []byte) error {
 	k.counts, k.last = counts, last
 	k.seeded = int(seeded)
 	k.batches, k.samples, k.reseeds = batches, samples, reseeds
-	transposeInto(k.atomsT, k.atoms.RawMatrix())
+	k.repack()
 	return nil
 }
