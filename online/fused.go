@@ -168,16 +168,23 @@ func (s *scratch) argmaxFused(kn *kernel, pack *packedAtoms, seeded, m int) {
 // largest score: among the lanes holding the largest value, the smallest
 // atom index panelWidth·idx[a] + a. It returns −1 and 0 if no lane holds
 // a score.
-func firstMax(max []float32, idx []int32) (int, float64) {
-	best, atom := float32(math.Inf(-1)), -1
-	for a, v := range max[:panelWidth] {
-		j := int(idx[a])*panelWidth + a
-		if v > best || (v == best && atom >= 0 && j < atom) {
-			best, atom = v, j
-		}
+func firstMax(maxs []float32, idx []int32) (int, float64) {
+	maxs, idx = maxs[:panelWidth], idx[:panelWidth]
+	// The largest value first, without branches (no lane holds NaN),
+	// then the smallest atom holding it: usually a single lane.
+	m0, m1, m2, m3 := maxs[0], maxs[1], maxs[2], maxs[3]
+	for a := 4; a < panelWidth; a += 4 {
+		m0, m1, m2, m3 = max(m0, maxs[a]), max(m1, maxs[a+1]), max(m2, maxs[a+2]), max(m3, maxs[a+3])
 	}
-	if atom < 0 {
+	best := max(m0, m1, m2, m3)
+	if math.IsInf(float64(best), -1) {
 		return -1, 0
+	}
+	atom := math.MaxInt
+	for a, v := range maxs {
+		if v == best {
+			atom = min(atom, int(idx[a])*panelWidth+a)
+		}
 	}
 	return atom, float64(best)
 }
@@ -284,19 +291,21 @@ func aboveGeneric(x []float32, blocks, dim int, pack []float32, panels int, t fl
 }
 
 // scoreGeneric computes the scores of a block of 4 rows (packed) with one
-// panel.
+// panel, one atom at a time with the 4 rows' sums in registers.
 func scoreGeneric(acc *[4][panelWidth]float32, blk, panel []float32) {
-	*acc = [4][panelWidth]float32{}
 	dim := len(panel) / panelWidth
-	for l := 0; l < dim; l++ {
-		ph := panel[l*panelWidth : (l+1)*panelWidth : (l+1)*panelWidth]
-		xs := blk[l*4 : l*4+4 : l*4+4]
-		for i, xv := range xs {
-			a := &acc[i]
-			for j, v := range ph {
-				a[j] += xv * v
-			}
+	blk = blk[:4*dim]
+	for a := 0; a < panelWidth; a++ {
+		var s0, s1, s2, s3 float32
+		for l := 0; l < dim; l++ {
+			v := panel[l*panelWidth+a]
+			xs := blk[4*l : 4*l+4 : 4*l+4]
+			s0 += xs[0] * v
+			s1 += xs[1] * v
+			s2 += xs[2] * v
+			s3 += xs[3] * v
 		}
+		acc[0][a], acc[1][a], acc[2][a], acc[3][a] = s0, s1, s2, s3
 	}
 }
 
