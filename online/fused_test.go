@@ -26,9 +26,17 @@ type scoreCase struct {
 func newScoreCase(rng *rand.Rand, m, k, dim int) *scoreCase {
 	nc := max(1, k/4)
 	all, _, _ := sphereClusters(rng, nc, dim, m+k, 0.3)
+	return scoreCaseOf(all.RawMatrix().Data[:m*dim], all.Slice(m, m+k, 0, dim))
+}
+
+// scoreCaseOf returns the case of the unit rows x (row-major) and the unit
+// atoms.
+func scoreCaseOf(x []float64, atoms mat.Matrix) *scoreCase {
+	k, dim := atoms.Dims()
+	m := len(x) / dim
 	c := &scoreCase{m: m, k: k, dim: dim}
-	c.x = slices.Clone(all.RawMatrix().Data[:m*dim])
-	c.atoms = mat.DenseCopyOf(all.Slice(m, m+k, 0, dim))
+	c.x = slices.Clone(x)
+	c.atoms = mat.DenseCopyOf(atoms)
 	c.pack = newPackedAtoms(k, dim)
 	for j := 0; j < k; j++ {
 		c.pack.set(j, c.atoms.RawRowView(j))
@@ -182,6 +190,90 @@ func BenchmarkScore(b *testing.B) {
 					b.ReportMetric(rate*2*float64(k*dim)/1e9, "GFLOP/s")
 				})
 			}
+		}
+	}
+}
+
+// TestFusedKernelsMNIST checks every kernel on whitened MNIST patches
+// against a dictionary learned from them, where many cosines are close.
+func TestFusedKernelsMNIST(t *testing.T) {
+	x, blank := mnistPatches(t, 20)
+	var rows []float64
+	for i, b := range blank {
+		if !b {
+			rows = append(rows, x.RawRowView(i)...)
+		}
+	}
+	km, _ := newTestKMeans(KMeansSettings{K: 300, Dim: 36}, 5)
+	for i := 0; i < len(rows)/36; i += 500 {
+		n := min(500, len(rows)/36-i)
+		km.Learn(mat.NewDense(n, 36, rows[i*36:(i+n)*36]), nil)
+	}
+	if km.Seeded() != 300 {
+		t.Fatalf("seeded %d atoms, want 300", km.Seeded())
+	}
+	c := scoreCaseOf(rows[:600*36], km.Atoms())
+	for _, kn := range kernels() {
+		checkArgmaxKernel(t, kn, c, c.k)
+		for _, thr := range []float64{0.3, 0.6} {
+			checkAboveKernel(t, kn, c, c.k, thr)
+		}
+	}
+}
+
+// TestFusedKernelsAgree checks that the vector kernels give bit-identical
+// codes: each lane accumulates in the same order with fused
+// multiply-adds.
+func TestFusedKernelsAgree(t *testing.T) {
+	ks := kernels()
+	if len(ks) < 3 {
+		t.Skip("fewer than two vector kernels on this machine")
+	}
+	rng := rand.New(rand.NewPCG(75, 76))
+	c := newScoreCase(rng, 301, 517, 37)
+	var ref scratch
+	ref.x = c.x
+	ref.argmaxFused(ks[0], &c.pack, c.k, c.m)
+	for _, kn := range ks[1 : len(ks)-1] {
+		var s scratch
+		s.x = c.x
+		s.argmaxFused(kn, &c.pack, c.k, c.m)
+		if !slices.Equal(s.best, ref.best) || !slices.Equal(s.cos, ref.cos) {
+			t.Errorf("%s and %s give different codes", kn.name, ks[0].name)
+		}
+	}
+}
+
+// FuzzScoreKernels checks every kernel on shapes across the block edges:
+// row counts and K that are not multiples of the block or panel, and
+// dimensions from 1 to 300.
+func FuzzScoreKernels(f *testing.F) {
+	f.Add(uint64(1), uint8(1), uint16(1), uint16(1), uint16(1), 0.5)
+	f.Add(uint64(2), uint8(9), uint16(33), uint16(36), uint16(17), 0.2)
+	f.Add(uint64(3), uint8(25), uint16(65), uint16(300), uint16(65), -1.0)
+	f.Add(uint64(4), uint8(8), uint16(32), uint16(2), uint16(31), 0.99)
+	f.Fuzz(func(t *testing.T, seed uint64, m uint8, k, dim, seeded uint16, thr float64) {
+		mm, kk, dd := 1+int(m)%40, 1+int(k)%300, 1+int(dim)%300
+		ss := int(seeded) % (kk + 1)
+		if math.IsNaN(thr) || math.IsInf(thr, 0) {
+			thr = 0.5
+		}
+		c := newScoreCase(rand.New(rand.NewPCG(seed, 77)), mm, kk, dd)
+		for j := ss; j < kk; j++ {
+			c.pack.reset(j)
+		}
+		for _, kn := range kernels() {
+			checkArgmaxKernel(t, kn, c, ss)
+			checkAboveKernel(t, kn, c, ss, thr)
+		}
+	})
+}
+
+func TestThreshold32(t *testing.T) {
+	for _, v := range []float64{0, 0.1, 0.45, 1.0 / 3, -0.7, 1, 2e-40, math.Inf(-1)} {
+		t32 := threshold32(v)
+		if float64(t32) < v || (float64(math.Nextafter32(t32, float32(math.Inf(-1)))) >= v && !math.IsInf(v, 0)) {
+			t.Errorf("threshold32(%v) = %v: not the smallest float32 >= t", v, t32)
 		}
 	}
 }
