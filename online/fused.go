@@ -236,6 +236,11 @@ func (s *scratch) codesFused(dst *SparseCodes, kn *kernel, pack *packedAtoms, se
 	}
 }
 
+// fusedTol bounds the error of a score of the kernels, a float32 dot
+// product of two unit vectors of dimension dim rounded to float32: dim
+// roundings of at most 2^-24 relative each, with a factor 4 of margin.
+func fusedTol(dim int) float64 { return 4 * float64(dim+2) * 0x1p-24 }
+
 // threshold32 returns the smallest float32 t32 ≥ t, so that for a float32
 // score s, s ≥ t32 exactly when float64(s) ≥ t.
 func threshold32(t float64) float32 {

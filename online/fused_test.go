@@ -54,9 +54,8 @@ func scoreCaseOf(x []float64, atoms mat.Matrix) *scoreCase {
 	return c
 }
 
-// scoreTol bounds the error of a float32 dot product of two unit vectors
-// of dimension dim: dim roundings of at most 2^-24 each, with margin.
-func scoreTol(dim int) float64 { return 4 * float64(dim+2) * 0x1p-24 }
+// scoreTol is the tolerance of the kernels' scores against float64.
+func scoreTol(dim int) float64 { return fusedTol(dim) }
 
 // checkArgmaxKernel runs kn's argmax on c through scratch.argmaxFused and
 // compares with the float64 reference: the cosine within scoreTol, and the

@@ -310,11 +310,8 @@ func (k *KMeans) LearnAssign(dst []int, cos []float64, x mat.Matrix, blank []boo
 func (k *KMeans) seed(m int, cur int64) {
 	w := &k.work
 	dim := k.s.Dim
-	// The seeding weights come from float64 cosines, so that a row equal
-	// to an atom has weight exactly zero.
-	w.atomsT = grow(w.atomsT, dim*k.seeded)
-	transposeInto(w.atomsT, blas64.General{Rows: k.seeded, Cols: dim, Stride: dim, Data: k.atoms.RawMatrix().Data})
-	w.argmax(blas64.General{Rows: dim, Cols: k.seeded, Stride: max(1, k.seeded), Data: w.atomsT}, m) // w.cos: nearest seeded atom, 0 if none
+	w.argmaxFused(fused, &k.packed, k.seeded, m) // w.cos: nearest seeded atom, 0 if none
+	tol := fusedTol(dim)
 	add := func(c int) {
 		j := k.seeded
 		k.setAtom(j, w.x[c*dim:(c+1)*dim])
@@ -324,13 +321,13 @@ func (k *KMeans) seed(m int, cur int64) {
 	}
 	positive := 0
 	for _, c := range w.cos[:m] {
-		if seedWeight(c) > 0 {
+		if seedWeight(c, tol) > 0 {
 			positive++
 		}
 	}
 	if positive <= k.s.K-k.seeded {
 		for c, cs := range w.cos[:m] {
-			if seedWeight(cs) > 0 {
+			if seedWeight(cs, tol) > 0 {
 				add(c)
 			}
 		}
@@ -346,7 +343,7 @@ func (k *KMeans) seed(m int, cur int64) {
 	for k.seeded < k.s.K {
 		var total float64
 		for _, c := range w.cos[:m] {
-			total += seedWeight(c)
+			total += seedWeight(c, tol)
 		}
 		if !(total > 0) {
 			return // every row is already an atom
@@ -355,7 +352,7 @@ func (k *KMeans) seed(m int, cur int64) {
 			u := k.rng.Float64() * total
 			pick := -1
 			for c, cs := range w.cos[:m] {
-				if wt := seedWeight(cs); wt > 0 {
+				if wt := seedWeight(cs, tol); wt > 0 {
 					pick = c
 					if u -= wt; u < 0 {
 						break
@@ -370,7 +367,7 @@ func (k *KMeans) seed(m int, cur int64) {
 		for t := 0; t < trials; t++ {
 			var pot float64
 			for c, cs := range w.cos[:m] {
-				pot += seedWeight(max(cs, scores.Data[c*trials+t]))
+				pot += seedWeight(max(cs, scores.Data[c*trials+t]), tol)
 			}
 			if pot < bestPot {
 				best, bestPot = t, pot
@@ -385,10 +382,10 @@ func (k *KMeans) seed(m int, cur int64) {
 }
 
 // seedWeight is the k-means++ weight of a row whose nearest atom has
-// cosine c; rounding-level distances count as zero so that no row is
-// seeded twice.
-func seedWeight(c float64) float64 {
-	if d := 1 - c; d > 1e-12 {
+// cosine c; distances within tol, the rounding error of the float32
+// cosines, count as zero so that no row is seeded twice.
+func seedWeight(c, tol float64) float64 {
+	if d := 1 - c; d > tol {
 		return d
 	}
 	return 0

@@ -39,7 +39,6 @@ type scratch struct {
 
 	cand    []float64 // seeding candidates, one per row
 	candRow []int     // the compacted row of each candidate
-	atomsT  []float64 // the seeded atoms as columns, for seeding
 
 	fused fusedScratch
 }
