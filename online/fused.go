@@ -51,6 +51,10 @@ type kernel struct {
 	// The kernel may write up to panelWidth/2 − 1 elements beyond the last
 	// hit of a row.
 	above func(x []float32, blocks, dim int, pack []float32, panels int, t float32, pos []int64, cos []float32, idx []int32)
+
+	// reduce, if not nil, does firstMax for rows rows: best[i] is the
+	// atom and cos[i] the score, −Inf if the row has none.
+	reduce func(max []float32, idx []int32, rows int, best []int32, cos []float32)
 }
 
 // generic is the portable kernel.
@@ -127,11 +131,12 @@ func packRows(dst []float32, x []float64, m, dim, r int) ([]float32, int) {
 
 // fusedScratch is the workspace of the fused kernels.
 type fusedScratch struct {
-	x   []float32 // rows packed in blocks
-	max []float32 // running maximum per row and lane
-	idx []int32   // its panel per row and lane; atom indices for above
-	pos []int64   // write positions of above, one per row
-	cos []float32 // scores of above
+	x    []float32 // rows packed in blocks
+	max  []float32 // running maximum per row and lane
+	idx  []int32   // its panel per row and lane; atom indices for above
+	pos  []int64   // write positions of above, one per row
+	cos  []float32 // scores of above; maxima of reduce
+	best []int32   // atoms of reduce
 }
 
 // argmaxFused sets s.best and s.cos for the m compacted rows of s.x,
@@ -159,6 +164,19 @@ func (s *scratch) argmaxFused(kn *kernel, pack *packedAtoms, seeded, m int) {
 	}
 	clear(f.idx)
 	kn.argmax(f.x, blocks, dim, pack.data, panelsFor(seeded), f.max, f.idx)
+	if kn.reduce != nil {
+		f.best = grow(f.best, m)
+		f.cos = grow(f.cos, m)
+		kn.reduce(f.max, f.idx, m, f.best, f.cos)
+		for c, v := range f.cos[:m] {
+			if math.IsInf(float64(v), -1) {
+				s.best[c], s.cos[c] = -1, 0
+			} else {
+				s.best[c], s.cos[c] = int(f.best[c]), float64(v)
+			}
+		}
+		return
+	}
 	for c := 0; c < m; c++ {
 		s.best[c], s.cos[c] = firstMax(f.max[c*panelWidth:(c+1)*panelWidth], f.idx[c*panelWidth:(c+1)*panelWidth])
 	}

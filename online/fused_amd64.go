@@ -16,6 +16,9 @@ func argmaxAVX512(x *float32, blocks, dim int, pack *float32, panels int, max *f
 func aboveAVX512(x *float32, blocks, dim int, pack *float32, panels int, t float32, pos *int64, cos *float32, idx *int32)
 
 //go:noescape
+func firstMaxAVX512(max *float32, idx *int32, rows int, best *int32, cos *float32)
+
+//go:noescape
 func argmaxAVX2(x *float32, blocks, dim int, pack *float32, panels int, max *float32, idx *int32)
 
 //go:noescape
@@ -32,6 +35,12 @@ var (
 		above: func(x []float32, blocks, dim int, pack []float32, panels int, t float32, pos []int64, cos []float32, idx []int32) {
 			checkAbove(8, x, blocks, dim, pack, panels, pos, cos, idx)
 			aboveAVX512(&x[0], blocks, dim, &pack[0], panels, t, &pos[0], &cos[0], &idx[0])
+		},
+		reduce: func(max []float32, idx []int32, rows int, best []int32, cos []float32) {
+			if rows < 1 || len(max) < rows*panelWidth || len(idx) < rows*panelWidth || len(best) < rows || len(cos) < rows {
+				panic("online: fused reduction: buffers too short")
+			}
+			firstMaxAVX512(&max[0], &idx[0], rows, &best[0], &cos[0])
 		},
 	}
 	avx2Kernel = &kernel{

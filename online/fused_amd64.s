@@ -395,6 +395,67 @@ aboveAVX512_dim:
 	VZEROUPPER
 	RET
 
+// func firstMaxAVX512(max *float32, idx *int32, rows int, best *int32, cos *float32)
+TEXT ·firstMaxAVX512(SB), NOSPLIT, $0-40
+	MOVQ max+0(FP), R9
+	MOVQ idx+8(FP), R10
+	MOVQ rows+16(FP), CX
+	MOVQ best+24(FP), DI
+	MOVQ cos+32(FP), SI
+	VMOVDQU32 lanes<>+0(SB), Z28
+	VMOVDQU32 lanes<>+64(SB), Z29
+	MOVL $0x7fffffff, AX
+	VPBROADCASTD AX, Z30
+firstMaxAVX512_row:
+	VMOVUPS (R9), Z0
+	VMOVUPS 64(R9), Z1
+
+	// Z4 = the largest score, in every lane
+	VMAXPS Z1, Z0, Z4
+	VSHUFF32X4 $0x4e, Z4, Z4, Z5
+	VMAXPS Z5, Z4, Z4
+	VSHUFF32X4 $0xb1, Z4, Z4, Z5
+	VMAXPS Z5, Z4, Z4
+	VPERMILPS $0x4e, Z4, Z5
+	VMAXPS Z5, Z4, Z4
+	VPERMILPS $0xb1, Z4, Z5
+	VMAXPS Z5, Z4, Z4
+
+	// atoms 32·panel + lane of the lanes holding it, MaxInt32 elsewhere
+	VMOVDQU32 (R10), Z2
+	VMOVDQU32 64(R10), Z3
+	VPSLLD $5, Z2, Z2
+	VPSLLD $5, Z3, Z3
+	VPADDD Z28, Z2, Z2
+	VPADDD Z29, Z3, Z3
+	VCMPPS $0, Z4, Z0, K1
+	VCMPPS $0, Z4, Z1, K2
+	VMOVDQA32 Z30, Z6
+	VMOVDQA32 Z30, Z7
+	VMOVDQA32 Z2, K1, Z6
+	VMOVDQA32 Z3, K2, Z7
+
+	// the smallest of them
+	VPMINSD Z7, Z6, Z6
+	VSHUFI32X4 $0x4e, Z6, Z6, Z7
+	VPMINSD Z7, Z6, Z6
+	VSHUFI32X4 $0xb1, Z6, Z6, Z7
+	VPMINSD Z7, Z6, Z6
+	VPSHUFD $0x4e, Z6, Z7
+	VPMINSD Z7, Z6, Z6
+	VPSHUFD $0xb1, Z6, Z7
+	VPMINSD Z7, Z6, Z6
+	VMOVD X6, (DI)
+	VMOVSS X4, (SI)
+	ADDQ $128, R9
+	ADDQ $128, R10
+	ADDQ $4, DI
+	ADDQ $4, SI
+	DECQ CX
+	JNZ firstMaxAVX512_row
+	VZEROUPPER
+	RET
+
 // func argmaxAVX2(x *float32, blocks, dim int, pack *float32, panels int, max *float32, idx *int32)
 TEXT ·argmaxAVX2(SB), NOSPLIT, $0-56
 	MOVQ x+0(FP), SI

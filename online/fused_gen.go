@@ -68,6 +68,7 @@ DATA lanes<>+0(SB)/4, $0
 
 	avx512(&a, false)
 	avx512(&a, true)
+	firstMaxAVX512(&a)
 	avx2(&a, false)
 	avx2(&a, true)
 	if err := os.WriteFile("fused_amd64.s", a.Bytes(), 0o644); err != nil {
@@ -279,4 +280,68 @@ func avx2(a *asm, above bool) {
 		}
 	}
 	epilogue(a, name, map[string]int{"R9": 8 * rows})
+}
+
+// firstMaxAVX512 reduces the 32 lane maxima of each row, and their panels,
+// to the row's largest score and the smallest atom holding it
+// (firstMax of fused.go): a tree of maxima across the lanes, then a tree
+// of minima over the atoms of the lanes equal to it.
+func firstMaxAVX512(a *asm) {
+	name := "firstMaxAVX512"
+	fmt.Fprintf(a, "\n// func %s(max *float32, idx *int32, rows int, best *int32, cos *float32)\nTEXT ·%s(SB), NOSPLIT, $0-40\n", name, name)
+	a.op("MOVQ max+0(FP), R9")
+	a.op("MOVQ idx+8(FP), R10")
+	a.op("MOVQ rows+16(FP), CX")
+	a.op("MOVQ best+24(FP), DI")
+	a.op("MOVQ cos+32(FP), SI")
+	a.op("VMOVDQU32 lanes<>+0(SB), Z28")
+	a.op("VMOVDQU32 lanes<>+64(SB), Z29")
+	a.op("MOVL $0x7fffffff, AX")
+	a.op("VPBROADCASTD AX, Z30")
+	a.label(name + "_row")
+	a.op("VMOVUPS (R9), Z0")
+	a.op("VMOVUPS 64(R9), Z1")
+	a.comment("Z4 = the largest score, in every lane")
+	a.op("VMAXPS Z1, Z0, Z4")
+	a.op("VSHUFF32X4 $0x4e, Z4, Z4, Z5")
+	a.op("VMAXPS Z5, Z4, Z4")
+	a.op("VSHUFF32X4 $0xb1, Z4, Z4, Z5")
+	a.op("VMAXPS Z5, Z4, Z4")
+	a.op("VPERMILPS $0x4e, Z4, Z5")
+	a.op("VMAXPS Z5, Z4, Z4")
+	a.op("VPERMILPS $0xb1, Z4, Z5")
+	a.op("VMAXPS Z5, Z4, Z4")
+	a.comment("atoms 32·panel + lane of the lanes holding it, MaxInt32 elsewhere")
+	a.op("VMOVDQU32 (R10), Z2")
+	a.op("VMOVDQU32 64(R10), Z3")
+	a.op("VPSLLD $5, Z2, Z2")
+	a.op("VPSLLD $5, Z3, Z3")
+	a.op("VPADDD Z28, Z2, Z2")
+	a.op("VPADDD Z29, Z3, Z3")
+	a.op("VCMPPS $0, Z4, Z0, K1")
+	a.op("VCMPPS $0, Z4, Z1, K2")
+	a.op("VMOVDQA32 Z30, Z6")
+	a.op("VMOVDQA32 Z30, Z7")
+	a.op("VMOVDQA32 Z2, K1, Z6")
+	a.op("VMOVDQA32 Z3, K2, Z7")
+	a.comment("the smallest of them")
+	a.op("VPMINSD Z7, Z6, Z6")
+	a.op("VSHUFI32X4 $0x4e, Z6, Z6, Z7")
+	a.op("VPMINSD Z7, Z6, Z6")
+	a.op("VSHUFI32X4 $0xb1, Z6, Z6, Z7")
+	a.op("VPMINSD Z7, Z6, Z6")
+	a.op("VPSHUFD $0x4e, Z6, Z7")
+	a.op("VPMINSD Z7, Z6, Z6")
+	a.op("VPSHUFD $0xb1, Z6, Z7")
+	a.op("VPMINSD Z7, Z6, Z6")
+	a.op("VMOVD X6, (DI)")
+	a.op("VMOVSS X4, (SI)")
+	a.op("ADDQ $%d, R9", panelBytes)
+	a.op("ADDQ $%d, R10", panelBytes)
+	a.op("ADDQ $4, DI")
+	a.op("ADDQ $4, SI")
+	a.op("DECQ CX")
+	a.op("JNZ %s_row", name)
+	a.op("VZEROUPPER")
+	a.op("RET")
 }

@@ -276,3 +276,34 @@ func TestThreshold32(t *testing.T) {
 		}
 	}
 }
+
+// TestFusedKernelsTies checks that every kernel returns the first atom
+// among exact ties, across lanes and panels.
+func TestFusedKernelsTies(t *testing.T) {
+	rng := rand.New(rand.NewPCG(79, 80))
+	c := newScoreCase(rng, 19, 200, 36)
+	for _, j := range []int{40, 150, 199} {
+		c.pack.set(j, c.atoms.RawRowView(77))
+	}
+	same := newPackedAtoms(70, 36)
+	for j := 0; j < 70; j++ {
+		same.set(j, c.atoms.RawRowView(3))
+	}
+	for _, kn := range kernels() {
+		var s scratch
+		s.x = c.x
+		s.argmaxFused(kn, &same, 70, c.m)
+		for i, j := range s.best[:c.m] {
+			if j != 0 {
+				t.Errorf("%s: row %d: atom %d among 70 equal atoms, want 0", kn.name, i, j)
+			}
+		}
+		s.x = slices.Repeat(c.atoms.RawRowView(77), 9)
+		s.argmaxFused(kn, &c.pack, 200, 9)
+		for i, j := range s.best[:9] {
+			if j != 40 {
+				t.Errorf("%s: row %d: atom %d, want 40, the first of the copies 40, 77, 150, 199", kn.name, i, j)
+			}
+		}
+	}
+}
