@@ -130,6 +130,13 @@ func (s KMeansSettings) Validate() error {
 // All randomness is drawn from the rand.Source given to NewKMeans, which
 // the caller owns (and checkpoints); KMeans holds no other random state.
 //
+// The cosines are computed in float32 by the fused kernels of the package
+// (see Performance in the package documentation), from a float32 copy of
+// the atoms kept beside the float64 ones: the argmax and the f_gq set are
+// those of the float64 cosines except between atoms (or at a threshold)
+// within 4(Dim+2)·2⁻²⁴ of each other, and seeding counts a row that close
+// to an atom as a copy of it.
+//
 // Learn, SetSettings and UnmarshalBinary modify the dictionary; the other
 // methods only read it and may run concurrently with each other (Assign
 // and CodesGQ take their workspaces from a pool), which makes a Clone a
@@ -398,12 +405,14 @@ func (k *KMeans) update(m int, cur int64) {
 	dim, K := k.s.Dim, k.s.K
 	k.sums = grow(k.sums, K*dim)
 	k.hits = grow(k.hits, K)
-	clear(k.sums)
 	clear(k.hits)
 	for c := 0; c < m; c++ {
 		j := w.best[c]
-		k.hits[j]++
 		sum := k.sums[j*dim : (j+1)*dim]
+		if k.hits[j] == 0 {
+			clear(sum) // only the sums of atoms with rows are read
+		}
+		k.hits[j]++
 		for l, v := range w.x[c*dim : (c+1)*dim] {
 			sum[l] += v
 		}
