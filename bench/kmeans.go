@@ -52,13 +52,17 @@ import (
 //     f × 2 FMA pipes × lanes (16 for AVX-512, 8 for AVX2) × 2 flops;
 //   - for each K and each of learn and assign: _fused_patches_per_s, the
 //     rate above again (KMeans scores with the fused kernel),
+//     _fused_cpu_patches_per_s, the same pass over the CPU time of the
+//     thread that ran it (Linux only: on a shared machine the wall-clock
+//     rate also counts the time other processes held the core),
 //     _sgemm_patches_per_s, a float32 reference on the same patches (held
 //     in float32 before the clock starts): blas32.Gemm (gonum's sgemm,
 //     which may use both cores) of each minibatch with the atoms, then
 //     the argmax of each row, and for learn the same per-atom running-mean
 //     update as KMeans in float32 (without re-seeding); and
-//     _fma_peak_fraction, the fused rate × 2·K·36 flops over
-//     fma_peak_gflops (one core: the kernels are single-threaded).
+//     _fma_peak_fraction, the fused CPU-time rate (the wall-clock one
+//     where that is not available) × 2·K·36 flops over fma_peak_gflops
+//     (one core: the kernels are single-threaded).
 //
 // For context, scikit-learn's MiniBatchKMeans (OpenBLAS, 2 cores) learns
 // 72,000 and assigns 181,000 patches/s at K = 4096 on the machines the
@@ -123,21 +127,25 @@ func KMeans(ctx context.Context, w io.Writer, args []string) error {
 
 	for _, k := range sizes {
 		km := online.NewKMeans(online.KMeansSettings{K: k, Dim: dim}, rand.NewPCG(*seed, *seed))
-		start := time.Now()
+		watch := startStopwatch()
 		for i := 0; i < n; i += *batch {
 			if err := ctx.Err(); err != nil {
+				watch.stop()
 				return err
 			}
 			km.Learn(x.Slice(i, min(i+*batch, n), 0, dim), nil)
 		}
-		learn := float64(n) / time.Since(start).Seconds()
+		wall, cpu, cpuOK := watch.stop()
+		learn := float64(n) / wall.Seconds()
+		learnCPU := float64(n) / cpu.Seconds()
 
 		code := make([]int, *batch)
 		cos := make([]float64, *batch)
 		var sum float64
-		start = time.Now()
+		watch = startStopwatch()
 		for i := 0; i < n; i += *batch {
 			if err := ctx.Err(); err != nil {
+				watch.stop()
 				return err
 			}
 			m := min(*batch, n-i)
@@ -146,7 +154,9 @@ func KMeans(ctx context.Context, w io.Writer, args []string) error {
 				sum += 1 - c
 			}
 		}
-		assign := float64(n) / time.Since(start).Seconds()
+		wall, cpu, _ = watch.stop()
+		assign := float64(n) / wall.Seconds()
+		assignCPU := float64(n) / cpu.Seconds()
 
 		bound := gflops * 1e9 / (2 * float64(k) * float64(dim))
 		fmt.Fprintf(w, "kmeans_learn_k%d_patches_per_s: %.0f\n", k, learn)
@@ -160,12 +170,21 @@ func KMeans(ctx context.Context, w io.Writer, args []string) error {
 		if err != nil {
 			return err
 		}
+		if !cpuOK {
+			learnCPU, assignCPU = learn, assign
+		}
 		fmt.Fprintf(w, "kmeans_learn_k%d_fused_patches_per_s: %.0f\n", k, learn)
+		if cpuOK {
+			fmt.Fprintf(w, "kmeans_learn_k%d_fused_cpu_patches_per_s: %.0f\n", k, learnCPU)
+		}
 		fmt.Fprintf(w, "kmeans_learn_k%d_sgemm_patches_per_s: %.0f\n", k, ref.learn)
-		fmt.Fprintf(w, "kmeans_learn_k%d_fma_peak_fraction: %.2f\n", k, learn*flops/peak)
+		fmt.Fprintf(w, "kmeans_learn_k%d_fma_peak_fraction: %.2f\n", k, learnCPU*flops/peak)
 		fmt.Fprintf(w, "kmeans_assign_k%d_fused_patches_per_s: %.0f\n", k, assign)
+		if cpuOK {
+			fmt.Fprintf(w, "kmeans_assign_k%d_fused_cpu_patches_per_s: %.0f\n", k, assignCPU)
+		}
 		fmt.Fprintf(w, "kmeans_assign_k%d_sgemm_patches_per_s: %.0f\n", k, ref.assign)
-		fmt.Fprintf(w, "kmeans_assign_k%d_fma_peak_fraction: %.2f\n", k, assign*flops/peak)
+		fmt.Fprintf(w, "kmeans_assign_k%d_fma_peak_fraction: %.2f\n", k, assignCPU*flops/peak)
 	}
 	return nil
 }
@@ -260,13 +279,15 @@ func sgemmReference(ctx context.Context, x []float32, n, dim, k, batch int, lear
 	return rates, nil
 }
 
-// clockGHz measures the core clock: the best of five runs of a chain of
-// dependent rotate-and-add operations, each one cycle on x86-64 (the
-// loop bookkeeping runs beside the chain).
+// clockGHz measures the core clock: the best of 200 runs (about a
+// millisecond each, short enough that on a shared machine some run
+// without being descheduled) of a chain of dependent rotate-and-add
+// operations, each one cycle on x86-64 (the loop bookkeeping runs beside
+// the chain).
 func clockGHz() float64 {
-	const n = 1 << 24
+	const n = 1 << 16
 	best := 0.0
-	for range 5 {
+	for range 200 {
 		start := time.Now()
 		chainSink = rotateAddChain(n, chainSink)
 		best = max(best, 16*n/time.Since(start).Seconds()/1e9)
@@ -445,4 +466,43 @@ func cpuModel() string {
 		}
 	}
 	return "unknown"
+}
+
+// stopwatch measures a single-threaded section in wall-clock time and in
+// CPU time of the thread that runs it (the goroutine is locked to its
+// thread in between).
+type stopwatch struct {
+	wall time.Time
+	cpu  time.Duration
+}
+
+func startStopwatch() stopwatch {
+	runtime.LockOSThread()
+	cpu, _ := threadCPU()
+	return stopwatch{wall: time.Now(), cpu: cpu}
+}
+
+// stop returns the wall-clock and CPU time since startStopwatch, and
+// whether the CPU time is known.
+func (s stopwatch) stop() (wall, cpu time.Duration, ok bool) {
+	wall = time.Since(s.wall)
+	end, ok := threadCPU()
+	runtime.UnlockOSThread()
+	return wall, end - s.cpu, ok && end > s.cpu
+}
+
+// threadCPU returns the time the calling thread has spent on a CPU, the
+// first field of Linux's /proc/thread-self/schedstat (nanoseconds), and
+// false where that file does not exist.
+func threadCPU() (time.Duration, bool) {
+	b, err := os.ReadFile("/proc/thread-self/schedstat")
+	if err != nil {
+		return 0, false
+	}
+	f, _, _ := strings.Cut(string(b), " ")
+	ns, err := strconv.ParseInt(strings.TrimSpace(f), 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	return time.Duration(ns), true
 }
