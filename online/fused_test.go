@@ -307,3 +307,42 @@ func TestFusedKernelsTies(t *testing.T) {
 		}
 	}
 }
+
+// TestKMeansResumeWhileSeeding checks exact resume when the float32 copy
+// of the atoms is rebuilt from a dictionary not yet fully seeded (its
+// missing atoms must be NaN again, across several panels).
+func TestKMeansResumeWhileSeeding(t *testing.T) {
+	rng := rand.New(rand.NewPCG(81, 82))
+	x, _, _ := sphereClusters(rng, 40, 12, 3000, 0.4)
+	bs := batches(x, 30)
+	s := KMeansSettings{K: 100, Dim: 12}
+	straight, _ := newTestKMeans(s, 11)
+	for _, b := range bs {
+		straight.Learn(b, nil)
+	}
+	first, src := newTestKMeans(s, 11)
+	for _, b := range bs[:2] {
+		first.Learn(b, nil)
+	}
+	if first.Seeded() >= s.K || first.Seeded() <= panelWidth {
+		t.Fatalf("seeded %d atoms: the test wants more than a panel and fewer than K", first.Seeded())
+	}
+	blob, _ := first.MarshalBinary()
+	rngState, _ := src.MarshalBinary()
+	var src2 rand.PCG
+	if err := src2.UnmarshalBinary(rngState); err != nil {
+		t.Fatal(err)
+	}
+	resumed := NewKMeans(s, &src2)
+	if err := resumed.UnmarshalBinary(blob); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range bs[2:] {
+		resumed.Learn(b, nil)
+	}
+	want, _ := straight.MarshalBinary()
+	got, _ := resumed.MarshalBinary()
+	if !slices.Equal(got, want) {
+		t.Error("resumed dictionary differs from the uninterrupted one")
+	}
+}
