@@ -8,6 +8,7 @@ require (
 	github.com/nats-io/nkeys v0.4.16
 	github.com/rs/zerolog v1.35.1
 	golang.org/x/crypto v0.58.0
+	golang.org/x/sys v0.49.0
 	gonum.org/v1/gonum v0.17.0
 	gonum.org/v1/netlib v0.0.0-20190313105609-8cb42192e0e0
 	gopkg.in/yaml.v3 v3.0.1
@@ -23,6 +24,5 @@ require (
 	github.com/nats-io/jwt/v2 v2.8.2 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
 	golang.org/x/exp v0.0.0-20261113113407-e3970619a1a4 // indirect
-	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
 )

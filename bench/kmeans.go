@@ -7,6 +7,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
+	"math/bits"
 	"math/rand/v2"
 	"os"
 	"reflect"
@@ -15,6 +17,8 @@ import (
 	"strings"
 	"time"
 
+	"gonum.org/v1/gonum/blas"
+	"gonum.org/v1/gonum/blas/blas32"
 	"gonum.org/v1/gonum/blas/blas64"
 	"gonum.org/v1/gonum/mat"
 
@@ -40,7 +44,25 @@ import (
 //     with the learned dictionary; each with its _dgemm_fraction, the
 //     rate over the bound dgemm_gflops/(2·K·36) that the score product
 //     X·Φᵀ alone would allow; and kmeans_kK_distortion, the mean
-//     1 − max cos of the patches after the pass.
+//     1 − max cos of the patches after the pass;
+//   - machine_kernel, the fused float32 scoring kernel KMeans uses
+//     (online.KernelName), machine_ghz, the core clock measured with a
+//     chain of dependent one-cycle integer operations, and
+//     fma_peak_gflops, the float32 FMA peak of one core at that clock,
+//     f × 2 FMA pipes × lanes (16 for AVX-512, 8 for AVX2) × 2 flops;
+//   - for each K and each of learn and assign: _fused_patches_per_s, the
+//     rate above again (KMeans scores with the fused kernel),
+//     _fused_cpu_patches_per_s, the same pass over the CPU time of the
+//     thread that ran it (Linux only: on a shared machine the wall-clock
+//     rate also counts the time other processes held the core),
+//     _sgemm_patches_per_s, a float32 reference on the same patches (held
+//     in float32 before the clock starts): blas32.Gemm (gonum's sgemm,
+//     which may use both cores) of each minibatch with the atoms, then
+//     the argmax of each row, and for learn the same per-atom running-mean
+//     update as KMeans in float32 (without re-seeding); and
+//     _fma_peak_fraction, the fused CPU-time rate (the wall-clock one
+//     where that is not available) × 2·K·36 flops over fma_peak_gflops
+//     (one core: the kernels are single-threaded).
 //
 // For context, scikit-learn's MiniBatchKMeans (OpenBLAS, 2 cores) learns
 // 72,000 and assigns 181,000 patches/s at K = 4096 on the machines the
@@ -74,6 +96,15 @@ func KMeans(ctx context.Context, w io.Writer, args []string) error {
 	writeMachine(w)
 	gflops := dgemmGFLOPS(1024)
 	fmt.Fprintf(w, "dgemm_gflops: %.2f\n", gflops)
+	ghz := clockGHz()
+	lanes := 16.0
+	if online.KernelName() != "avx512" {
+		lanes = 8
+	}
+	peak := ghz * 2 * lanes * 2
+	fmt.Fprintf(w, "machine_kernel: %s\n", online.KernelName())
+	fmt.Fprintf(w, "machine_ghz: %.2f\n", ghz)
+	fmt.Fprintf(w, "fma_peak_gflops: %.1f\n", peak)
 
 	imgs, err := dataset.ReadMNIST(*dir, "train")
 	if err != nil {
@@ -89,24 +120,32 @@ func KMeans(ctx context.Context, w io.Writer, args []string) error {
 	fmt.Fprintf(w, "patches_blank_fraction: %.3f\n", 1-float64(ps.nonBlank)/float64(ps.positions))
 	fmt.Fprintf(w, "patches_used: %d\n", n)
 	fmt.Fprintf(w, "batch: %d\n", *batch)
+	x32 := make([]float32, n*dim)
+	for i, v := range x.RawMatrix().Data[:n*dim] {
+		x32[i] = float32(v)
+	}
 
 	for _, k := range sizes {
 		km := online.NewKMeans(online.KMeansSettings{K: k, Dim: dim}, rand.NewPCG(*seed, *seed))
-		start := time.Now()
+		watch := startStopwatch()
 		for i := 0; i < n; i += *batch {
 			if err := ctx.Err(); err != nil {
+				watch.stop()
 				return err
 			}
 			km.Learn(x.Slice(i, min(i+*batch, n), 0, dim), nil)
 		}
-		learn := float64(n) / time.Since(start).Seconds()
+		wall, cpu, cpuOK := watch.stop()
+		learn := float64(n) / wall.Seconds()
+		learnCPU := float64(n) / cpu.Seconds()
 
 		code := make([]int, *batch)
 		cos := make([]float64, *batch)
 		var sum float64
-		start = time.Now()
+		watch = startStopwatch()
 		for i := 0; i < n; i += *batch {
 			if err := ctx.Err(); err != nil {
+				watch.stop()
 				return err
 			}
 			m := min(*batch, n-i)
@@ -115,7 +154,9 @@ func KMeans(ctx context.Context, w io.Writer, args []string) error {
 				sum += 1 - c
 			}
 		}
-		assign := float64(n) / time.Since(start).Seconds()
+		wall, cpu, _ = watch.stop()
+		assign := float64(n) / wall.Seconds()
+		assignCPU := float64(n) / cpu.Seconds()
 
 		bound := gflops * 1e9 / (2 * float64(k) * float64(dim))
 		fmt.Fprintf(w, "kmeans_learn_k%d_patches_per_s: %.0f\n", k, learn)
@@ -123,8 +164,155 @@ func KMeans(ctx context.Context, w io.Writer, args []string) error {
 		fmt.Fprintf(w, "kmeans_assign_k%d_patches_per_s: %.0f\n", k, assign)
 		fmt.Fprintf(w, "kmeans_assign_k%d_dgemm_fraction: %.2f\n", k, assign/bound)
 		fmt.Fprintf(w, "kmeans_k%d_distortion: %.4f\n", k, sum/float64(n))
+
+		flops := 2 * float64(k) * float64(dim) / 1e9
+		ref, err := sgemmReference(ctx, x32, n, dim, k, *batch, km.Atoms())
+		if err != nil {
+			return err
+		}
+		if !cpuOK {
+			learnCPU, assignCPU = learn, assign
+		}
+		fmt.Fprintf(w, "kmeans_learn_k%d_fused_patches_per_s: %.0f\n", k, learn)
+		if cpuOK {
+			fmt.Fprintf(w, "kmeans_learn_k%d_fused_cpu_patches_per_s: %.0f\n", k, learnCPU)
+		}
+		fmt.Fprintf(w, "kmeans_learn_k%d_sgemm_patches_per_s: %.0f\n", k, ref.learn)
+		fmt.Fprintf(w, "kmeans_learn_k%d_fma_peak_fraction: %.2f\n", k, learnCPU*flops/peak)
+		fmt.Fprintf(w, "kmeans_assign_k%d_fused_patches_per_s: %.0f\n", k, assign)
+		if cpuOK {
+			fmt.Fprintf(w, "kmeans_assign_k%d_fused_cpu_patches_per_s: %.0f\n", k, assignCPU)
+		}
+		fmt.Fprintf(w, "kmeans_assign_k%d_sgemm_patches_per_s: %.0f\n", k, ref.assign)
+		fmt.Fprintf(w, "kmeans_assign_k%d_fma_peak_fraction: %.2f\n", k, assignCPU*flops/peak)
 	}
 	return nil
+}
+
+// sgemmRates are the rates of the float32 reference, in patches/s.
+type sgemmRates struct{ learn, assign float64 }
+
+// sgemmReference times the float32 reference of KMeans on the n patches
+// x (row-major, float32): one learning pass in minibatches of batch rows
+// from a dictionary of the first k patches, scoring each minibatch with
+// blas32.Gemm and updating the assigned atoms as KMeans does (running
+// means over counts with memory 100, renormalised), and one assignment
+// pass with the atoms of learned (the dictionary KMeans learned, so that
+// both assign with the same atoms).
+func sgemmReference(ctx context.Context, x []float32, n, dim, k, batch int, learned mat.Matrix) (sgemmRates, error) {
+	atoms := make([]float32, k*dim)
+	for j := 0; j < k; j++ {
+		copy(atoms[j*dim:(j+1)*dim], x[(j%n)*dim:(j%n+1)*dim])
+	}
+	scores := make([]float32, batch*k)
+	best := make([]int, batch)
+	sums := make([]float32, k*dim)
+	hits := make([]float32, k)
+	counts := make([]float32, k)
+	score := func(i, m int) {
+		blas32.Gemm(blas.NoTrans, blas.Trans, 1,
+			blas32.General{Rows: m, Cols: dim, Stride: dim, Data: x[i*dim : (i+m)*dim]},
+			blas32.General{Rows: k, Cols: dim, Stride: dim, Data: atoms},
+			0, blas32.General{Rows: m, Cols: k, Stride: k, Data: scores[:m*k]})
+		for r := 0; r < m; r++ {
+			row := scores[r*k : (r+1)*k]
+			b := 0
+			for j, v := range row {
+				if v > row[b] {
+					b = j
+				}
+			}
+			best[r] = b
+		}
+	}
+	var rates sgemmRates
+	start := time.Now()
+	for i := 0; i < n; i += batch {
+		if err := ctx.Err(); err != nil {
+			return rates, err
+		}
+		m := min(batch, n-i)
+		score(i, m)
+		clear(sums)
+		clear(hits)
+		for r := 0; r < m; r++ {
+			j := best[r]
+			hits[j]++
+			for l, v := range x[(i+r)*dim : (i+r+1)*dim] {
+				sums[j*dim+l] += v
+			}
+		}
+		keep := float32(math.Exp(-float64(m) / (float64(k) * 100)))
+		for j := range hits {
+			counts[j] = keep*counts[j] + hits[j]
+			if hits[j] == 0 {
+				continue
+			}
+			step := hits[j] / counts[j]
+			phi := atoms[j*dim : (j+1)*dim]
+			var ss float32
+			for l := range phi {
+				phi[l] += step * (sums[j*dim+l]/hits[j] - phi[l])
+				ss += phi[l] * phi[l]
+			}
+			inv := float32(1 / math.Sqrt(float64(ss)))
+			for l := range phi {
+				phi[l] *= inv
+			}
+		}
+	}
+	rates.learn = float64(n) / time.Since(start).Seconds()
+
+	for j := 0; j < k; j++ {
+		for l := 0; l < dim; l++ {
+			atoms[j*dim+l] = float32(learned.At(j, l))
+		}
+	}
+	start = time.Now()
+	for i := 0; i < n; i += batch {
+		if err := ctx.Err(); err != nil {
+			return rates, err
+		}
+		score(i, min(batch, n-i))
+	}
+	rates.assign = float64(n) / time.Since(start).Seconds()
+	return rates, nil
+}
+
+// clockGHz measures the core clock: the best of 200 runs (about a
+// millisecond each, short enough that on a shared machine some run
+// without being descheduled) of a chain of dependent rotate-and-add
+// operations, each one cycle on x86-64 (the loop bookkeeping runs beside
+// the chain).
+func clockGHz() float64 {
+	const n = 1 << 16
+	best := 0.0
+	for range 200 {
+		start := time.Now()
+		chainSink = rotateAddChain(n, chainSink)
+		best = max(best, 16*n/time.Since(start).Seconds()/1e9)
+	}
+	return best
+}
+
+var chainSink uint64
+
+// rotateAddChain runs n iterations of 8 rotate-and-add pairs, 16 dependent
+// one-cycle operations.
+//
+//go:noinline
+func rotateAddChain(n int, x uint64) uint64 {
+	for i := 0; i < n; i++ {
+		x = bits.RotateLeft64(x, 1) + 1
+		x = bits.RotateLeft64(x, 1) + 1
+		x = bits.RotateLeft64(x, 1) + 1
+		x = bits.RotateLeft64(x, 1) + 1
+		x = bits.RotateLeft64(x, 1) + 1
+		x = bits.RotateLeft64(x, 1) + 1
+		x = bits.RotateLeft64(x, 1) + 1
+		x = bits.RotateLeft64(x, 1) + 1
+	}
+	return x
 }
 
 // patchSet is the preprocessed data of the benchmark.
@@ -278,4 +466,43 @@ func cpuModel() string {
 		}
 	}
 	return "unknown"
+}
+
+// stopwatch measures a single-threaded section in wall-clock time and in
+// CPU time of the thread that runs it (the goroutine is locked to its
+// thread in between).
+type stopwatch struct {
+	wall time.Time
+	cpu  time.Duration
+}
+
+func startStopwatch() stopwatch {
+	runtime.LockOSThread()
+	cpu, _ := threadCPU()
+	return stopwatch{wall: time.Now(), cpu: cpu}
+}
+
+// stop returns the wall-clock and CPU time since startStopwatch, and
+// whether the CPU time is known.
+func (s stopwatch) stop() (wall, cpu time.Duration, ok bool) {
+	wall = time.Since(s.wall)
+	end, ok := threadCPU()
+	runtime.UnlockOSThread()
+	return wall, end - s.cpu, ok && end > s.cpu
+}
+
+// threadCPU returns the time the calling thread has spent on a CPU, the
+// first field of Linux's /proc/thread-self/schedstat (nanoseconds), and
+// false where that file does not exist.
+func threadCPU() (time.Duration, bool) {
+	b, err := os.ReadFile("/proc/thread-self/schedstat")
+	if err != nil {
+		return 0, false
+	}
+	f, _, _ := strings.Cut(string(b), " ")
+	ns, err := strconv.ParseInt(strings.TrimSpace(f), 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	return time.Duration(ns), true
 }

@@ -130,6 +130,13 @@ func (s KMeansSettings) Validate() error {
 // All randomness is drawn from the rand.Source given to NewKMeans, which
 // the caller owns (and checkpoints); KMeans holds no other random state.
 //
+// The cosines are computed in float32 by the fused kernels of the package
+// (see Performance in the package documentation), from a float32 copy of
+// the atoms kept beside the float64 ones: the argmax and the f_gq set are
+// those of the float64 cosines except between atoms (or at a threshold)
+// within 4(Dim+2)·2⁻²⁴ of each other, and seeding counts a row that close
+// to an atom as a copy of it.
+//
 // Learn, SetSettings and UnmarshalBinary modify the dictionary; the other
 // methods only read it and may run concurrently with each other (Assign
 // and CodesGQ take their workspaces from a pool), which makes a Clone a
@@ -138,11 +145,11 @@ type KMeans struct {
 	s   KMeansSettings
 	rng *rand.Rand // nil when the source is nil
 
-	atoms  *mat.Dense // K×Dim, one atom per row
-	atomsT []float64  // Dim×K, the atoms as columns, for the score product
-	counts []float64  // N_j
-	last   []int64    // minibatch in which atom j was last assigned or seeded
-	seeded int        // atoms 0..seeded-1 are in use
+	atoms  *mat.Dense  // K×Dim, one atom per row
+	packed packedAtoms // float32 copy of the atoms for the fused kernels
+	counts []float64   // N_j
+	last   []int64     // minibatch in which atom j was last assigned or seeded
+	seeded int         // atoms 0..seeded-1 are in use
 
 	batches int64 // minibatches learned (with at least one non-blank row)
 	samples int64 // non-blank rows learned
@@ -166,7 +173,7 @@ func NewKMeans(s KMeansSettings, src rand.Source) *KMeans {
 	k := &KMeans{
 		s:      s,
 		atoms:  mat.NewDense(s.K, s.Dim, nil),
-		atomsT: make([]float64, s.Dim*s.K),
+		packed: newPackedAtoms(s.K, s.Dim),
 		counts: make([]float64, s.K),
 		last:   make([]int64, s.K),
 	}
@@ -240,14 +247,19 @@ func (k *KMeans) Idle(dst []int64) []int64 {
 	return dst
 }
 
-func (k *KMeans) atomsTView() blas64.General {
-	return blas64.General{Rows: k.s.Dim, Cols: k.seeded, Stride: k.s.K, Data: k.atomsT}
-}
-
 func (k *KMeans) setAtom(j int, v []float64) {
 	copy(k.atoms.RawRowView(j), v)
-	for l, x := range v {
-		k.atomsT[l*k.s.K+j] = x
+	k.packed.set(j, v)
+}
+
+// repack rebuilds the float32 copy of the atoms from the float64 ones.
+func (k *KMeans) repack() {
+	for j := 0; j < k.s.K; j++ {
+		if j < k.seeded {
+			k.packed.set(j, k.atoms.RawRowView(j))
+		} else {
+			k.packed.reset(j)
+		}
 	}
 }
 
@@ -283,7 +295,7 @@ func (k *KMeans) LearnAssign(dst []int, cos []float64, x mat.Matrix, blank []boo
 	if k.seeded < k.s.K {
 		k.seed(m, cur)
 	}
-	w.argmax(k.atomsTView(), m)
+	w.argmaxFused(fused, &k.packed, k.seeded, m)
 	w.spread(dst, cos, r, m)
 	if k.seeded == k.s.K {
 		k.update(m, cur)
@@ -304,8 +316,9 @@ func (k *KMeans) LearnAssign(dst []int, cos []float64, x mat.Matrix, blank []boo
 // more rows of positive weight than atoms missing, they are all taken.
 func (k *KMeans) seed(m int, cur int64) {
 	w := &k.work
-	w.argmax(k.atomsTView(), m) // w.cos: nearest seeded atom, 0 if none
 	dim := k.s.Dim
+	w.argmaxFused(fused, &k.packed, k.seeded, m) // w.cos: nearest seeded atom, 0 if none
+	tol := fusedTol(dim)
 	add := func(c int) {
 		j := k.seeded
 		k.setAtom(j, w.x[c*dim:(c+1)*dim])
@@ -315,13 +328,13 @@ func (k *KMeans) seed(m int, cur int64) {
 	}
 	positive := 0
 	for _, c := range w.cos[:m] {
-		if seedWeight(c) > 0 {
+		if seedWeight(c, tol) > 0 {
 			positive++
 		}
 	}
 	if positive <= k.s.K-k.seeded {
 		for c, cs := range w.cos[:m] {
-			if seedWeight(cs) > 0 {
+			if seedWeight(cs, tol) > 0 {
 				add(c)
 			}
 		}
@@ -337,7 +350,7 @@ func (k *KMeans) seed(m int, cur int64) {
 	for k.seeded < k.s.K {
 		var total float64
 		for _, c := range w.cos[:m] {
-			total += seedWeight(c)
+			total += seedWeight(c, tol)
 		}
 		if !(total > 0) {
 			return // every row is already an atom
@@ -346,7 +359,7 @@ func (k *KMeans) seed(m int, cur int64) {
 			u := k.rng.Float64() * total
 			pick := -1
 			for c, cs := range w.cos[:m] {
-				if wt := seedWeight(cs); wt > 0 {
+				if wt := seedWeight(cs, tol); wt > 0 {
 					pick = c
 					if u -= wt; u < 0 {
 						break
@@ -361,7 +374,7 @@ func (k *KMeans) seed(m int, cur int64) {
 		for t := 0; t < trials; t++ {
 			var pot float64
 			for c, cs := range w.cos[:m] {
-				pot += seedWeight(max(cs, scores.Data[c*trials+t]))
+				pot += seedWeight(max(cs, scores.Data[c*trials+t]), tol)
 			}
 			if pot < bestPot {
 				best, bestPot = t, pot
@@ -376,10 +389,10 @@ func (k *KMeans) seed(m int, cur int64) {
 }
 
 // seedWeight is the k-means++ weight of a row whose nearest atom has
-// cosine c; rounding-level distances count as zero so that no row is
-// seeded twice.
-func seedWeight(c float64) float64 {
-	if d := 1 - c; d > 1e-12 {
+// cosine c; distances within tol, the rounding error of the float32
+// cosines, count as zero so that no row is seeded twice.
+func seedWeight(c, tol float64) float64 {
+	if d := 1 - c; d > tol {
 		return d
 	}
 	return 0
@@ -392,12 +405,14 @@ func (k *KMeans) update(m int, cur int64) {
 	dim, K := k.s.Dim, k.s.K
 	k.sums = grow(k.sums, K*dim)
 	k.hits = grow(k.hits, K)
-	clear(k.sums)
 	clear(k.hits)
 	for c := 0; c < m; c++ {
 		j := w.best[c]
-		k.hits[j]++
 		sum := k.sums[j*dim : (j+1)*dim]
+		if k.hits[j] == 0 {
+			clear(sum) // only the sums of atoms with rows are read
+		}
+		k.hits[j]++
 		for l, v := range w.x[c*dim : (c+1)*dim] {
 			sum[l] += v
 		}
@@ -428,8 +443,8 @@ func (k *KMeans) update(m int, cur int64) {
 		inv := 1 / math.Sqrt(ss)
 		for l := range phi {
 			phi[l] *= inv
-			k.atomsT[l*K+j] = phi[l]
 		}
+		k.packed.set(j, phi)
 	}
 }
 
@@ -509,7 +524,7 @@ func (k *KMeans) Assign(dst []int, cos []float64, x mat.Matrix) {
 	w := k.pool.Get().(*scratch)
 	defer k.pool.Put(w)
 	m := w.compact(x, nil)
-	w.argmax(k.atomsTView(), m)
+	w.argmaxFused(fused, &k.packed, k.seeded, m)
 	w.spread(dst, cos, r, m)
 }
 
@@ -549,27 +564,7 @@ func (k *KMeans) CodesGQ(dst *SparseCodes, x mat.Matrix, t float64) {
 	defer k.pool.Put(w)
 	m := w.compact(x, nil)
 	dst.Rows, dst.Atoms = r, k.s.K
-	dst.Ptr = grow(dst.Ptr, r+1)
-	dst.Index, dst.Cos = dst.Index[:0], dst.Cos[:0]
-	kk := k.seeded
-	next := 0 // next row of x whose Ptr is unset
-	w.scoreBlocks(k.atomsTView(), m, func(r0, n int, scores []float64) {
-		for i := 0; i < n; i++ {
-			row := w.rows[r0+i]
-			for ; next <= row; next++ {
-				dst.Ptr[next] = len(dst.Index)
-			}
-			for j, v := range scores[i*kk : (i+1)*kk] {
-				if v >= t {
-					dst.Index = append(dst.Index, j)
-					dst.Cos = append(dst.Cos, v)
-				}
-			}
-		}
-	})
-	for ; next <= r; next++ {
-		dst.Ptr[next] = len(dst.Index)
-	}
+	w.codesFused(dst, fused, &k.packed, k.seeded, m, r, t)
 }
 
 // Clone returns a deep copy of the dictionary. The copy draws from the same
@@ -580,7 +575,7 @@ func (k *KMeans) Clone() *KMeans {
 		s:       k.s,
 		rng:     k.rng,
 		atoms:   mat.DenseCopyOf(k.atoms),
-		atomsT:  slices.Clone(k.atomsT),
+		packed:  packedAtoms{dim: k.s.Dim, data: slices.Clone(k.packed.data)},
 		counts:  slices.Clone(k.counts),
 		last:    slices.Clone(k.last),
 		seeded:  k.seeded,
@@ -656,6 +651,6 @@ func (k *KMeans) UnmarshalBinary(data []byte) error {
 	k.counts, k.last = counts, last
 	k.seeded = int(seeded)
 	k.batches, k.samples, k.reseeds = batches, samples, reseeds
-	transposeInto(k.atomsT, k.atoms.RawMatrix())
+	k.repack()
 	return nil
 }

@@ -288,24 +288,31 @@ func TestKMeansAssignAndCodesGQ(t *testing.T) {
 			}
 			continue
 		}
+		// The cosines are float32 sums (fused.go): they match the float64
+		// ones within tol, the argmax may differ only on a near-tie and
+		// the f_gq set only at the threshold's edge.
+		tol := scoreTol(6)
 		bj, bv := 0, want.At(i, 0)
 		var gq []int
 		for j := 0; j < 20; j++ {
 			if v := want.At(i, j); v > bv {
 				bj, bv = j, v
 			}
-			if want.At(i, j) >= thr+1e-12 {
+			if v := want.At(i, j); v >= thr-tol && v < thr+tol {
+				t.Fatalf("row %d atom %d: cosine %v at the threshold's edge, draw other data", i, j, v)
+			}
+			if want.At(i, j) >= thr {
 				gq = append(gq, j)
 			}
 		}
-		if dst[i] != bj || !scalar.EqualWithinAbs(cos[i], bv, 1e-12) {
+		if dst[i] < 0 || want.At(i, dst[i]) < bv-2*tol || !scalar.EqualWithinAbs(cos[i], want.At(i, dst[i]), tol) {
 			t.Errorf("row %d: assign %d (%v), brute force %d (%v)", i, dst[i], cos[i], bj, bv)
 		}
 		if fmt.Sprint(idx) != fmt.Sprint(gq) {
 			t.Errorf("row %d: f_gq %v, brute force %v", i, idx, gq)
 		}
 		for n, j := range idx {
-			if !scalar.EqualWithinAbs(cs[n], want.At(i, j), 1e-12) {
+			if !scalar.EqualWithinAbs(cs[n], want.At(i, j), tol) {
 				t.Errorf("row %d atom %d: cos %v, want %v", i, j, cs[n], want.At(i, j))
 			}
 		}

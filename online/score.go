@@ -39,6 +39,8 @@ type scratch struct {
 
 	cand    []float64 // seeding candidates, one per row
 	candRow []int     // the compacted row of each candidate
+
+	fused fusedScratch
 }
 
 func grow[T any](s []T, n int) []T {

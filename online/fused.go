@@ -1,0 +1,357 @@
+package online
+
+import (
+	"math"
+)
+
+// The fused scoring kernels compute, for a block of unit rows x_i and the
+// unit atoms φ_j, the cosines
+//
+//	s_ij = Σ_l x_il·φ_jl    (float32, one fused multiply-add per l, l = 0…Dim−1)
+//
+// and reduce them as they are produced, so that the rows × K score matrix
+// is never written out: either to the first atom of largest cosine of
+// each row (the f_vq code, smt-minimalistic section 3 and App. D,
+// Algorithm 1, line 10) or to the atoms with s_ij ≥ t (the f_gq code).
+//
+// The atoms are kept in float32 in panels of panelWidth atoms: panel p
+// holds, for l = 0…Dim−1 in turn, coordinate l of atoms panelWidth·p …
+// panelWidth·p + panelWidth − 1, so that one dimension of a panel is two
+// AVX-512 or four AVX2 registers. Atoms not seeded yet and the padding of
+// the last panel are NaN: a NaN score is neither larger than a running
+// maximum nor ≥ any threshold, so they are never chosen without a test in
+// the inner loop. The rows are packed in blocks of kernel.rows rows, one
+// dimension of the block after the other, so that the broadcasts of one
+// dimension read one cache line.
+//
+// Every lane accumulates its dot product in the same order, starting from
+// zero, so the AVX-512 and AVX2 kernels give bit-identical scores; the
+// portable kernel rounds the product and the sum separately (Go does not
+// fuse float32 arithmetic on amd64) and may differ from them in the last
+// bits. One process always uses one kernel (chosen once at start-up), so
+// learning and coding agree and a resumed dictionary continues bit for
+// bit on the same machine.
+const panelWidth = 32
+
+// kernel is one implementation of the fused scoring loops.
+type kernel struct {
+	name string
+	rows int // rows per block
+
+	// argmax keeps, for each of the blocks·rows rows and each lane a of a
+	// panel, the largest score of the lane's atoms panelWidth·p + a over
+	// the panels p < panels, in max[row·panelWidth + a], and the panel
+	// that first reached it in idx[row·panelWidth + a]. max and idx hold
+	// the running values on entry (−Inf and 0 to start).
+	argmax func(x []float32, blocks, dim int, pack []float32, panels int, max []float32, idx []int32)
+
+	// above writes, for each row, the atoms of the panels p < panels with
+	// score ≥ t, in increasing order, with their scores: the hits of row
+	// r go to idx[pos[r]…] and cos[pos[r]…] and pos[r] advances past them.
+	// The kernel may write up to panelWidth/2 − 1 elements beyond the last
+	// hit of a row.
+	above func(x []float32, blocks, dim int, pack []float32, panels int, t float32, pos []int64, cos []float32, idx []int32)
+
+	// reduce, if not nil, does firstMax for rows rows: best[i] is the
+	// atom and cos[i] the score, −Inf if the row has none.
+	reduce func(max []float32, idx []int32, rows int, best []int32, cos []float32)
+}
+
+// generic is the portable kernel.
+var generic = &kernel{name: "generic", rows: 4, argmax: argmaxGeneric, above: aboveGeneric}
+
+// fused is the kernel this process uses: the fastest one the CPU runs.
+var fused = bestKernel()
+
+// KernelName returns the name of the fused scoring kernel that KMeans uses
+// on this machine: "avx512", "avx2" or "generic".
+func KernelName() string { return fused.name }
+
+// packedAtoms is the float32 copy of a dictionary laid out for the
+// kernels. It is derived from the float64 atoms, which stay the state of
+// record: it is rebuilt on restore and refreshed atom by atom as they
+// change.
+type packedAtoms struct {
+	dim  int
+	data []float32 // panels(K)·Dim·panelWidth
+}
+
+func newPackedAtoms(k, dim int) packedAtoms {
+	p := packedAtoms{dim: dim, data: make([]float32, panelsFor(k)*dim*panelWidth)}
+	nan := float32(math.NaN())
+	for i := range p.data {
+		p.data[i] = nan
+	}
+	return p
+}
+
+// panelsFor returns the number of panels that hold k atoms.
+func panelsFor(k int) int { return (k + panelWidth - 1) / panelWidth }
+
+// set stores atom j.
+func (p *packedAtoms) set(j int, v []float64) {
+	base := (j/panelWidth)*p.dim*panelWidth + j%panelWidth
+	for l, x := range v {
+		p.data[base+l*panelWidth] = float32(x)
+	}
+}
+
+// reset marks atom j as absent (NaN).
+func (p *packedAtoms) reset(j int) {
+	base := (j/panelWidth)*p.dim*panelWidth + j%panelWidth
+	nan := float32(math.NaN())
+	for l := 0; l < p.dim; l++ {
+		p.data[base+l*panelWidth] = nan
+	}
+}
+
+// packRows writes the m rows of x (m×dim, row-major float64) in blocks of
+// r rows into dst as float32, padding the last block with zero rows, and
+// returns dst and the number of blocks.
+func packRows(dst []float32, x []float64, m, dim, r int) ([]float32, int) {
+	blocks := (m + r - 1) / r
+	dst = grow(dst, blocks*r*dim)
+	for b := 0; b < blocks; b++ {
+		blk := dst[b*r*dim : (b+1)*r*dim]
+		for i := 0; i < r; i++ {
+			row := b*r + i
+			if row >= m {
+				for l := 0; l < dim; l++ {
+					blk[l*r+i] = 0
+				}
+				continue
+			}
+			for l, v := range x[row*dim : (row+1)*dim] {
+				blk[l*r+i] = float32(v)
+			}
+		}
+	}
+	return dst, blocks
+}
+
+// fusedScratch is the workspace of the fused kernels.
+type fusedScratch struct {
+	x    []float32 // rows packed in blocks
+	max  []float32 // running maximum per row and lane
+	idx  []int32   // its panel per row and lane; atom indices for above
+	pos  []int64   // write positions of above, one per row
+	cos  []float32 // scores of above; maxima of reduce
+	best []int32   // atoms of reduce
+}
+
+// argmaxFused sets s.best and s.cos for the m compacted rows of s.x,
+// scored against the first seeded atoms of pack by kernel kn: the first
+// atom of largest cosine and that cosine, or −1 and 0 with no atom.
+func (s *scratch) argmaxFused(kn *kernel, pack *packedAtoms, seeded, m int) {
+	s.best = grow(s.best, m)
+	s.cos = grow(s.cos, m)
+	if seeded == 0 {
+		for c := range s.best[:m] {
+			s.best[c], s.cos[c] = -1, 0
+		}
+		return
+	}
+	f := &s.fused
+	dim := pack.dim
+	var blocks int
+	f.x, blocks = packRows(f.x, s.x, m, dim, kn.rows)
+	n := blocks * kn.rows * panelWidth
+	f.max = grow(f.max, n)
+	f.idx = grow(f.idx, n)
+	inf := float32(math.Inf(-1))
+	for i := range f.max {
+		f.max[i] = inf
+	}
+	clear(f.idx)
+	kn.argmax(f.x, blocks, dim, pack.data, panelsFor(seeded), f.max, f.idx)
+	if kn.reduce != nil {
+		f.best = grow(f.best, m)
+		f.cos = grow(f.cos, m)
+		kn.reduce(f.max, f.idx, m, f.best, f.cos)
+		for c, v := range f.cos[:m] {
+			if math.IsInf(float64(v), -1) {
+				s.best[c], s.cos[c] = -1, 0
+			} else {
+				s.best[c], s.cos[c] = int(f.best[c]), float64(v)
+			}
+		}
+		return
+	}
+	for c := 0; c < m; c++ {
+		s.best[c], s.cos[c] = firstMax(f.max[c*panelWidth:(c+1)*panelWidth], f.idx[c*panelWidth:(c+1)*panelWidth])
+	}
+}
+
+// firstMax reduces the per-lane maxima of one row to the first atom of
+// largest score: among the lanes holding the largest value, the smallest
+// atom index panelWidth·idx[a] + a. It returns −1 and 0 if no lane holds
+// a score.
+func firstMax(maxs []float32, idx []int32) (int, float64) {
+	maxs, idx = maxs[:panelWidth], idx[:panelWidth]
+	// The largest value first, without branches (no lane holds NaN),
+	// then the smallest atom holding it: usually a single lane.
+	m0, m1, m2, m3 := maxs[0], maxs[1], maxs[2], maxs[3]
+	for a := 4; a < panelWidth; a += 4 {
+		m0, m1, m2, m3 = max(m0, maxs[a]), max(m1, maxs[a+1]), max(m2, maxs[a+2]), max(m3, maxs[a+3])
+	}
+	best := max(m0, m1, m2, m3)
+	if math.IsInf(float64(best), -1) {
+		return -1, 0
+	}
+	atom := math.MaxInt
+	for a, v := range maxs {
+		if v == best {
+			atom = min(atom, int(idx[a])*panelWidth+a)
+		}
+	}
+	return atom, float64(best)
+}
+
+// aboveChunk bounds the rows × capacity of one call of the above kernel,
+// whose output must have room for every atom of every row.
+const aboveChunk = 1 << 17
+
+// codesFused appends to dst the f_gq codes of the m compacted rows of s.x
+// (the original rows are s.rows; r rows in all), scored against the first
+// seeded atoms of pack by kernel kn.
+func (s *scratch) codesFused(dst *SparseCodes, kn *kernel, pack *packedAtoms, seeded, m, r int, t float64) {
+	dst.Ptr = grow(dst.Ptr, r+1)
+	dst.Index, dst.Cos = dst.Index[:0], dst.Cos[:0]
+	next := 0 // next row of x whose Ptr is unset
+	if seeded > 0 {
+		f := &s.fused
+		dim := pack.dim
+		panels := panelsFor(seeded)
+		capacity := panels*panelWidth + panelWidth/2
+		chunk := max(kn.rows, aboveChunk/capacity/kn.rows*kn.rows)
+		t32 := threshold32(t)
+		for c0 := 0; c0 < m; c0 += chunk {
+			n := min(chunk, m-c0)
+			var blocks int
+			f.x, blocks = packRows(f.x, s.x[c0*dim:], n, dim, kn.rows)
+			rows := blocks * kn.rows
+			f.pos = grow(f.pos, rows)
+			f.cos = grow(f.cos, rows*capacity)
+			f.idx = grow(f.idx, rows*capacity)
+			for i := range f.pos {
+				f.pos[i] = int64(i * capacity)
+			}
+			kn.above(f.x, blocks, dim, pack.data, panels, t32, f.pos, f.cos, f.idx)
+			for i := 0; i < n; i++ {
+				for ; next <= s.rows[c0+i]; next++ {
+					dst.Ptr[next] = len(dst.Index)
+				}
+				start := i * capacity
+				for q := start; q < int(f.pos[i]); q++ {
+					dst.Index = append(dst.Index, int(f.idx[q]))
+					dst.Cos = append(dst.Cos, float64(f.cos[q]))
+				}
+			}
+		}
+	}
+	for ; next <= r; next++ {
+		dst.Ptr[next] = len(dst.Index)
+	}
+}
+
+// fusedTol bounds the error of a score of the kernels, a float32 dot
+// product of two unit vectors of dimension dim rounded to float32: dim
+// roundings of at most 2^-24 relative each, with a factor 4 of margin.
+func fusedTol(dim int) float64 { return 4 * float64(dim+2) * 0x1p-24 }
+
+// threshold32 returns the smallest float32 t32 ≥ t, so that for a float32
+// score s, s ≥ t32 exactly when float64(s) ≥ t.
+func threshold32(t float64) float32 {
+	t32 := float32(t)
+	if float64(t32) < t {
+		t32 = math.Nextafter32(t32, float32(math.Inf(1)))
+	}
+	return t32
+}
+
+// argmaxGeneric is the portable argmax kernel.
+func argmaxGeneric(x []float32, blocks, dim int, pack []float32, panels int, maxs []float32, idx []int32) {
+	const r = 4
+	var acc [r][panelWidth]float32
+	for b := 0; b < blocks; b++ {
+		blk := x[b*r*dim : (b+1)*r*dim]
+		for p := 0; p < panels; p++ {
+			scoreGeneric(&acc, blk, pack[p*dim*panelWidth:(p+1)*dim*panelWidth])
+			for i := range acc {
+				row := (b*r + i) * panelWidth
+				mx := maxs[row : row+panelWidth : row+panelWidth]
+				ix := idx[row : row+panelWidth : row+panelWidth]
+				for a, v := range acc[i] {
+					if v > mx[a] {
+						mx[a], ix[a] = v, int32(p)
+					}
+				}
+			}
+		}
+	}
+}
+
+// aboveGeneric is the portable threshold kernel.
+func aboveGeneric(x []float32, blocks, dim int, pack []float32, panels int, t float32, pos []int64, cos []float32, idx []int32) {
+	const r = 4
+	var acc [r][panelWidth]float32
+	for b := 0; b < blocks; b++ {
+		blk := x[b*r*dim : (b+1)*r*dim]
+		for p := 0; p < panels; p++ {
+			scoreGeneric(&acc, blk, pack[p*dim*panelWidth:(p+1)*dim*panelWidth])
+			for i := range acc {
+				q := pos[b*r+i]
+				for a, v := range acc[i] {
+					if v >= t {
+						cos[q], idx[q] = v, int32(p*panelWidth+a)
+						q++
+					}
+				}
+				pos[b*r+i] = q
+			}
+		}
+	}
+}
+
+// scoreGeneric computes the scores of a block of 4 rows (packed) with one
+// panel, one atom at a time with the 4 rows' sums in registers.
+func scoreGeneric(acc *[4][panelWidth]float32, blk, panel []float32) {
+	dim := len(panel) / panelWidth
+	blk = blk[:4*dim]
+	for a := 0; a < panelWidth; a++ {
+		var s0, s1, s2, s3 float32
+		for l := 0; l < dim; l++ {
+			v := panel[l*panelWidth+a]
+			xs := blk[4*l : 4*l+4 : 4*l+4]
+			s0 += xs[0] * v
+			s1 += xs[1] * v
+			s2 += xs[2] * v
+			s3 += xs[3] * v
+		}
+		acc[0][a], acc[1][a], acc[2][a], acc[3][a] = s0, s1, s2, s3
+	}
+}
+
+// checkArgmax panics unless the buffers hold what an argmax kernel with
+// blocks of r rows reads and writes: the assembly does not check.
+func checkArgmax(r int, x []float32, blocks, dim int, pack []float32, panels int, max []float32, idx []int32) {
+	if blocks < 1 || dim < 1 || panels < 1 || len(x) < blocks*r*dim || len(pack) < panels*dim*panelWidth ||
+		len(max) < blocks*r*panelWidth || len(idx) < blocks*r*panelWidth {
+		panic("online: fused argmax kernel: buffers too short")
+	}
+}
+
+// checkAbove panics unless the buffers hold what an above kernel with
+// blocks of r rows reads and writes, every row's output having room for
+// all the atoms of the panels and the overhang.
+func checkAbove(r int, x []float32, blocks, dim int, pack []float32, panels int, pos []int64, cos []float32, idx []int32) {
+	if blocks < 1 || dim < 1 || panels < 1 || len(x) < blocks*r*dim || len(pack) < panels*dim*panelWidth ||
+		len(pos) < blocks*r {
+		panic("online: fused threshold kernel: buffers too short")
+	}
+	for _, p := range pos[:blocks*r] {
+		if p < 0 || int(p)+panels*panelWidth+panelWidth/2 > min(len(cos), len(idx)) {
+			panic("online: fused threshold kernel: output too short")
+		}
+	}
+}
