@@ -137,7 +137,7 @@ func runFaults(ctx context.Context, w io.Writer, args []string, cmd daemonComman
 	fs.IntVar(&f.batch, "batch", 20, "minibatch size")
 	fs.DurationVar(&f.down, "down", 2*time.Second, "nats_restart: how long the server is down")
 	fs.DurationVar(&f.full, "full", 3*time.Second, "full_disk: how long the disk stays full")
-	fs.IntVar(&f.diskMiB, "disk", 32, "full_disk: tmpfs size in MiB")
+	fs.IntVar(&f.diskMiB, "disk", 64, "full_disk: tmpfs size in MiB")
 	fs.DurationVar(&f.timeout, "timeout", 5*time.Minute, "longest wait for one stage of a scenario")
 	fs.BoolVar(&f.keep, "keep", false, "keep each scenario's directory (config, daemon.log, data)")
 	fs.StringVar(&f.scenarios, "scenarios", "kill9,nats_restart,stream_delete,full_disk,corrupt_checkpoint", "comma-separated scenarios to run")
@@ -516,9 +516,12 @@ func (r *faultRun) finish(ctx context.Context) error {
 // stream while the daemon still runs (full_disk: its server), then stops
 // the daemon.
 func (r *faultRun) report(ctx context.Context, w io.Writer, wall time.Duration) error {
-	jsLabels, jsMsgs, err := r.outputStream(ctx)
+	jsLabels, jsMsgs, unreadable, err := r.outputStream(ctx)
 	if err != nil {
 		return err
+	}
+	if unreadable > 0 {
+		r.extra = append(r.extra, fmt.Sprintf("jetstream_unreadable_outputs: %d", unreadable))
 	}
 	if r.child != nil {
 		if err := r.signalDaemon(syscall.SIGTERM); err != nil {
@@ -561,7 +564,11 @@ func (r *faultRun) report(ctx context.Context, w io.Writer, wall time.Duration) 
 		line("lost", acked-distinct)
 		line("lost_reported", st.Lost)
 		line("published", published)
-		line("duplicate_outputs", published-len(labels))
+		readable := published
+		if fp.transport == config.JetStream {
+			readable -= unreadable
+		}
+		line("duplicate_outputs", readable-len(labels))
 		line("missing_outputs", distinct-int64(seen))
 	}
 	prefix := "faults_" + r.name + "_"
@@ -575,36 +582,43 @@ func (r *faultRun) report(ctx context.Context, w io.Writer, wall time.Duration) 
 	return nil
 }
 
-// outputStream returns the labels of the messages in the JetStream
-// pipeline's output stream and how many messages it holds.
-func (r *faultRun) outputStream(ctx context.Context) (map[int]int, int, error) {
+// outputStream reads the JetStream pipeline's output stream message by
+// message and returns the labels of those it could read, how many it
+// holds, and how many of those could not be read (the server's store lost
+// their data).
+func (r *faultRun) outputStream(ctx context.Context) (labels map[int]int, msgs, unreadable int, err error) {
 	s, err := r.js.Stream(ctx, r.cfg.Pipelines[1].OutputStreamName())
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
-	n := int(s.CachedInfo().State.Msgs)
-	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		return nil, 0, err
-	}
-	labels := map[int]int{}
-	for got := 0; got < n; {
-		batch, err := c.Fetch(min(n-got, 500), jetstream.FetchMaxWait(5*time.Second))
+	st := s.CachedInfo().State
+	// With -keep, an index of the stream: sequence, label, Nats-Msg-Id.
+	var index io.Writer = io.Discard
+	if r.flags.keep {
+		f, err := os.Create(filepath.Join(r.dir, "outputs.txt"))
 		if err != nil {
-			return nil, 0, err
+			return nil, 0, 0, err
 		}
-		before := got
-		for m := range batch.Messages() {
-			if l, err := strconv.Atoi(m.Headers().Get(daemon.HeaderLabel)); err == nil {
-				labels[l]++
-			}
-			got++
+		defer f.Close()
+		index = f
+		fmt.Fprintf(index, "# %s: %d messages, sequences %d-%d, %d deleted\n", s.CachedInfo().Config.Name, st.Msgs, st.FirstSeq, st.LastSeq, st.NumDeleted)
+	}
+	labels = map[int]int{}
+	for seq := st.FirstSeq; seq <= st.LastSeq && st.Msgs > 0; seq++ {
+		// Nothing deletes outputs, so a message the state counts that
+		// cannot be read is lost from the store.
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			fmt.Fprintf(index, "%d unreadable: %v\n", seq, err)
+			unreadable++
+			continue
 		}
-		if got == before {
-			return nil, 0, fmt.Errorf("output stream: read %d of %d messages: %v", got, n, batch.Error())
+		fmt.Fprintf(index, "%d %s %s\n", seq, m.Header.Get(daemon.HeaderLabel), m.Header.Get(jetstream.MsgIDHeader))
+		if l, err := strconv.Atoi(m.Header.Get(daemon.HeaderLabel)); err == nil {
+			labels[l]++
 		}
 	}
-	return labels, n, nil
+	return labels, int(st.Msgs), max(0, unreadable-int(st.NumDeleted)), nil
 }
 
 // label returns message i's label: its index in the replay, from 1.
@@ -887,7 +901,9 @@ func (r *faultRun) fullDisk(ctx context.Context) error {
 	defer exec.Command("umount", "-l", mnt).Run()
 	r.cfg.DataDir = filepath.Join(mnt, "data")
 	r.cfg.NATS.Listen = fmt.Sprintf("127.0.0.1:%d", r.port)
-	r.cfg.NATS.StreamMaxBytes = int64(r.flags.diskMiB) << 20 / 4
+	// Room for every stream (the output stream holds ~3.4 KB per output
+	// at -dim 8), so that none discards old messages.
+	r.cfg.NATS.StreamMaxBytes = int64(r.flags.diskMiB) << 20 / 5
 	r.cfg.Checkpoint.ObjectStore = false
 	if err := r.connect(fmt.Sprintf("nats://127.0.0.1:%d", r.port)); err != nil {
 		return err
@@ -971,24 +987,39 @@ func (r *faultRun) corruptCheckpoint(ctx context.Context) error {
 	if err := r.signalDaemon(syscall.SIGTERM); err != nil {
 		return fmt.Errorf("stopping the daemon: %w", err)
 	}
-	corrupted := 0
+	// Restoring the newest good checkpoint (the one before the corrupt
+	// newest) publishes the core outputs between the two again.
+	corrupted, republish := 0, uint64(0)
 	for _, p := range r.cfg.Pipelines {
 		files, _ := filepath.Glob(filepath.Join(r.cfg.DataDir, "checkpoints", p.Name, "*.ckpt"))
 		files = slices.DeleteFunc(files, func(f string) bool { return strings.HasPrefix(filepath.Base(f), ".") })
 		if len(files) < 2 {
 			return fmt.Errorf("pipeline %s has %d checkpoint files, want at least 2", p.Name, len(files))
 		}
-		slices.Sort(files)
-		data, err := os.ReadFile(files[len(files)-1])
+		slices.Sort(files) // zero-padded versions: newest last
+		newest, good := files[len(files)-1], files[len(files)-2]
+		a, err := daemon.ReadCheckpoint(newest)
+		if err != nil {
+			return err
+		}
+		b, err := daemon.ReadCheckpoint(good)
+		if err != nil {
+			return err
+		}
+		if p.Output.Transport == config.Core {
+			republish = a.LastSeq - b.LastSeq
+		}
+		data, err := os.ReadFile(newest)
 		if err != nil {
 			return err
 		}
 		data[len(data)/2] ^= 0xff
-		if err := os.WriteFile(files[len(files)-1], data, 0o644); err != nil {
+		if err := os.WriteFile(newest, data, 0o644); err != nil {
 			return err
 		}
 		corrupted++
 	}
+	r.extra = append(r.extra, fmt.Sprintf("expected_duplicate_outputs: %d", republish))
 	if err := r.startDaemon(ctx); err != nil {
 		return err
 	}
