@@ -139,7 +139,7 @@ func runFaults(ctx context.Context, w io.Writer, args []string, cmd daemonComman
 	fs.DurationVar(&f.full, "full", 3*time.Second, "full_disk: how long the disk stays full")
 	fs.IntVar(&f.diskMiB, "disk", 64, "full_disk: tmpfs size in MiB")
 	fs.DurationVar(&f.timeout, "timeout", 5*time.Minute, "longest wait for one stage of a scenario")
-	fs.BoolVar(&f.keep, "keep", false, "keep each scenario's directory (config, daemon.log, data)")
+	fs.BoolVar(&f.keep, "keep", false, "keep each scenario's directory (config, daemon.log, data, outputs.txt: the output stream by sequence)")
 	fs.StringVar(&f.scenarios, "scenarios", "kill9,nats_restart,stream_delete,full_disk,corrupt_checkpoint", "comma-separated scenarios to run")
 	if err := parseFlags(fs, args); err != nil {
 		return err
