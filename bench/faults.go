@@ -233,6 +233,7 @@ type faultRun struct {
 	outputs *outputSet
 	events  *eventCounts
 	extra   []string // scenario lines, "name: value"
+	mount   string   // a tmpfs to unmount (full_disk)
 
 	// split is the number of messages published before the input streams
 	// were deleted (stream_delete), 0 otherwise.
@@ -303,6 +304,9 @@ func (r *faultRun) close(ok bool) {
 	if r.ns != nil {
 		r.ns.Shutdown()
 		r.ns.WaitForShutdown()
+	}
+	if r.mount != "" {
+		exec.Command("umount", "-l", r.mount).Run()
 	}
 	r.log.Close()
 	if ok && !r.flags.keep {
@@ -875,12 +879,9 @@ func (r *faultRun) streamDelete(ctx context.Context) error {
 		return err
 	}
 	// What was published after the deletion is in the new instances.
+	after := len(r.stream) - r.split
 	for i, p := range r.final.Pipelines {
-		if after := len(r.stream) - r.split; int(p.LastSeq) != after {
-			r.extra = append(r.extra, fmt.Sprintf("%s_lost_after_delete: %d", faultPipelines[i].name, after-int(p.LastSeq)))
-		} else {
-			r.extra = append(r.extra, fmt.Sprintf("%s_lost_after_delete: 0", faultPipelines[i].name))
-		}
+		r.extra = append(r.extra, fmt.Sprintf("%s_lost_after_delete: %d", faultPipelines[i].name, after-int(p.LastSeq)))
 	}
 	return nil
 }
@@ -898,7 +899,7 @@ func (r *faultRun) fullDisk(ctx context.Context) error {
 		fmt.Fprintf(os.Stderr, "bench faults: full_disk skipped: cannot mount a tmpfs (%v: %s)\n", err, bytes.TrimSpace(out))
 		return errSkipped
 	}
-	defer exec.Command("umount", "-l", mnt).Run()
+	r.mount = mnt // unmounted by close, once the daemon is stopped
 	r.cfg.DataDir = filepath.Join(mnt, "data")
 	r.cfg.NATS.Listen = fmt.Sprintf("127.0.0.1:%d", r.port)
 	// Room for every stream (the output stream holds ~3.4 KB per output
