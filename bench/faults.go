@@ -77,7 +77,11 @@ import (
 //     messages applied that have no output seen.
 //
 // plus faults_S_seconds (wall time), faults_S_events_<reason> (events on
-// <prefix>.events.errors) and lines that say what the fault did.
+// <prefix>.events.errors) and lines that say what the fault did: among them
+// faults_corrupt_checkpoint_expected_duplicate_outputs, the core outputs
+// that restoring the newest good checkpoint publishes again, and
+// faults_S_jetstream_unreadable_outputs, messages the output stream counts
+// but cannot return (printed only when there are some).
 func Faults(ctx context.Context, w io.Writer, args []string) error {
 	exe, err := os.Executable()
 	if err != nil {
