@@ -224,7 +224,7 @@ func validateADMM(v *validator, p *Pipeline, f func(string) string) {
 	v.check(a.Atoms >= 1 && a.Atoms <= 1<<16, f("admm.atoms"), "must be in 1..65536, got %d", a.Atoms)
 	v.check(oneOf(a.Prior, PriorSparse, PriorSimplex), f("admm.prior"), "must be sparse or simplex, got %q", a.Prior)
 	v.check(a.Schedule >= 1 && a.Schedule <= 3, f("admm.schedule"), "must be 1, 2 or 3, got %d", a.Schedule)
-	v.check(a.Lambda > 0 && a.Lambda <= 100, f("admm.lambda"), "must be in (0, 100], got %g", a.Lambda)
+	v.check(a.Lambda > 0 && a.Lambda <= 1, f("admm.lambda"), "must be in (0, 1], got %g", a.Lambda)
 	v.check(a.Omega > 0 && a.Omega <= 100, f("admm.omega"), "must be in (0, 100], got %g", a.Omega)
 	v.check(a.Rho >= 1e-3 && a.Rho <= 100, f("admm.rho"), "must be in [1e-3, 100], got %g", a.Rho)
 	v.check(a.LearningRate > 0 && a.LearningRate <= 1, f("admm.learning_rate"), "must be in (0, 1], got %g", a.LearningRate)

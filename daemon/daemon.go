@@ -41,6 +41,10 @@ type Daemon struct {
 	mu            sync.Mutex // guards cfg and configVersion (reloads)
 	cfg           *config.Config
 	configVersion int
+	// fixed is the config the daemon started with, for its fields that
+	// cannot change live (a reload that changes one is refused): any
+	// goroutine may read those from it without the lock.
+	fixed *config.Config
 
 	server *server.Server // nil with an external server
 	nc     *nats.Conn
@@ -73,7 +77,7 @@ func New(cfg *config.Config, opts Options) (*Daemon, error) {
 		opts.Logger = NewLogger(os.Stderr, "json")
 	}
 	opts.Logger.SetLevel(cfg.Log.Level)
-	return &Daemon{opts: opts, cfg: cfg, configVersion: 1, log: opts.Logger.Logger}, nil
+	return &Daemon{opts: opts, cfg: cfg, fixed: cfg, configVersion: 1, log: opts.Logger.Logger}, nil
 }
 
 // Start starts (or connects to) NATS, restores every pipeline from its
@@ -180,7 +184,7 @@ func (d *Daemon) startPipeline(ctx context.Context, pl *pipeline) error {
 }
 
 func (d *Daemon) checkpointDir(pipeline string) string {
-	return filepath.Join(d.cfg.DataDir, "checkpoints", pipeline)
+	return filepath.Join(d.fixed.DataDir, "checkpoints", pipeline)
 }
 
 // Run starts the daemon and serves until ctx is done, then shuts down.
@@ -240,7 +244,7 @@ func (d *Daemon) ClientURL() string {
 	if d.server != nil {
 		return d.server.ClientURL()
 	}
-	return d.cfg.NATS.URL
+	return d.fixed.NATS.URL
 }
 
 // errorEvent is published on <prefix>.events.errors.
@@ -260,9 +264,7 @@ func (d *Daemon) publishEvent(suffix string, v any) {
 		d.log.Error().Err(err).Msg("encoding event")
 		return
 	}
-	d.mu.Lock()
-	subject := d.cfg.Subject(suffix)
-	d.mu.Unlock()
+	subject := d.fixed.Subject(suffix)
 	if err := d.nc.Publish(subject, data); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 		d.log.Warn().Err(err).Str("subject", subject).Msg("publishing event")
 	}

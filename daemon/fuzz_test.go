@@ -77,7 +77,7 @@ func FuzzPipelineStep(f *testing.F) {
 	ns := startNATS(f)
 	nc := connect(f, ns.ClientURL())
 	cfg := testConfig(f, fuzzPipelines()...)
-	d := &Daemon{cfg: cfg, nc: nc, log: NewLogger(testWriter{f}, "console").Logger}
+	d := &Daemon{cfg: cfg, fixed: cfg, nc: nc, log: NewLogger(testWriter{f}, "console").Logger}
 	d.log = d.log.Level(zerolog.Disabled) // rollbacks are expected
 	f.Fuzz(func(t *testing.T, raw []byte, exp int8, clamp bool, frame uint64, text string) {
 		for _, p := range cfg.Pipelines {
@@ -97,7 +97,7 @@ func FuzzPipelineStep(f *testing.F) {
 					seq++
 					msgs[i].seq = seq
 				}
-				pl.process(msgs)
+				pl.process(t.Context(), msgs)
 				if err := pl.model.check(); err != nil {
 					t.Fatalf("%s: model left degenerate after a step: %v", p.Name, err)
 				}

@@ -8,7 +8,7 @@ import (
 // first.
 func TestHealthStates(t *testing.T) {
 	cfg := testConfig(t, digitsPipeline("digits", "health.images", 16))
-	pl := newPipeline(&Daemon{cfg: cfg, log: NewLogger(testWriter{t}, "console").Logger}, cfg.Pipelines[0])
+	pl := newPipeline(&Daemon{cfg: cfg, fixed: cfg, log: NewLogger(testWriter{t}, "console").Logger}, cfg.Pipelines[0])
 	for _, tc := range []struct {
 		name              string
 		refused, diverged int

@@ -117,9 +117,15 @@ func (pl *pipeline) reattach(ctx context.Context) (bool, string) {
 		if time.Since(pl.goneSince) < recreateAfter {
 			return false, why
 		}
-		st, _, err := ensureStream(ctx, js, pl.d.cfg, &pl.cfg)
+		st, _, err := ensureStream(ctx, js, pl.d.fixed, &pl.cfg)
 		if err != nil {
 			return false, why + "; recreating it: " + err.Error()
+		}
+		// What the deleted stream held after the newest message read is
+		// gone with it (at least: the count is from the last fetch).
+		if n := pl.in.backlog(); n > 0 {
+			pl.stats.lost.Add(int64(n))
+			why += fmt.Sprintf(" with at least %d messages not yet learned", n)
 		}
 		return pl.reattachTo(ctx, st, why)
 	case err != nil:

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"gopkg.in/yaml.v3"
@@ -309,7 +310,9 @@ func (pl *pipeline) run(ctx context.Context) {
 			// batch is left unacknowledged and read again after a
 			// restart, so batch boundaries never depend on shutdowns.
 			if !pl.cfg.Deterministic && len(msgs) > 0 {
-				pl.process(msgs)
+				sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+				pl.process(sctx, msgs)
+				cancel()
 			}
 			break
 		}
@@ -319,7 +322,7 @@ func (pl *pipeline) run(ctx context.Context) {
 		}
 		pl.inputFine()
 		pl.stats.backlog.Store(pl.in.backlog())
-		pl.process(msgs)
+		pl.process(ctx, msgs)
 		pl.updateHealth()
 		if pl.sinceCkpt >= pl.ckpt.EverySamples || (pl.sinceCkpt > 0 && time.Since(pl.lastCkptTime) >= pl.ckpt.Every) {
 			if _, err := pl.checkpoint(ctx); err != nil {
@@ -344,7 +347,7 @@ func (pl *pipeline) applyTune(r tuneRequest) {
 
 // process decodes, validates and learns one batch, publishes an output per
 // valid message and acknowledges the batch.
-func (pl *pipeline) process(msgs []inMsg) {
+func (pl *pipeline) process(ctx context.Context, msgs []inMsg) {
 	if len(msgs) == 0 {
 		return
 	}
@@ -364,7 +367,7 @@ func (pl *pipeline) process(msgs []inMsg) {
 		batch = append(batch, s)
 	}
 	if len(batch) > 0 {
-		pl.learn(batch, msgs[len(msgs)-1].seq)
+		pl.learn(ctx, batch, msgs[len(msgs)-1].seq)
 	}
 	last := msgs[len(msgs)-1]
 	if last.seq > pl.lastSeq {
@@ -382,7 +385,7 @@ func (pl *pipeline) process(msgs []inMsg) {
 // model that is no longer finite or has gone degenerate is rolled back
 // and the batch's outputs are not published. The model version counts
 // the batches that changed the model.
-func (pl *pipeline) learn(batch []sample, seq uint64) {
+func (pl *pipeline) learn(ctx context.Context, batch []sample, seq uint64) {
 	outs, err := pl.model.learn(batch)
 	refused := errors.Is(err, errRefused)
 	if err != nil {
@@ -412,7 +415,7 @@ func (pl *pipeline) learn(batch []sample, seq uint64) {
 		pl.stats.learned.Add(int64(len(batch)))
 	}
 	pl.publishSnapshot()
-	pl.publishOutputs(outs)
+	pl.publishOutputs(ctx, outs)
 	pl.publishVocabulary()
 }
 
@@ -467,16 +470,17 @@ func (pl *pipeline) rejectMsg(seq uint64, err error) {
 // publishOutputs publishes the outputs of a batch. With output transport
 // jetstream each carries the Nats-Msg-Id <pipeline>:<stream epoch>:<source
 // sequence>, so that the output stream drops one published again after a
-// restart (within its duplicate window), and the batch waits for the
-// stream's acknowledgements.
-func (pl *pipeline) publishOutputs(outs []output) {
-	js := pl.cfg.Output.Transport == config.JetStream
-	var acks []jetstream.PubAckFuture
+// restart (within its duplicate window), and the batch waits until the
+// stream has stored every output: outputs not acknowledged are published
+// again every second (the ID makes that safe), until ctx is done; only
+// then is the batch's input acknowledged.
+func (pl *pipeline) publishOutputs(ctx context.Context, outs []output) {
+	msgs := make([]*nats.Msg, 0, len(outs))
 	for i := range outs {
 		outs[i].version = pl.version
 		outs[i].subject = pl.cfg.Input.Subject
 		m := encodeOutput(&pl.cfg, pl.cfg.Output.Subject, &outs[i])
-		if !js {
+		if pl.cfg.Output.Transport != config.JetStream {
 			if err := pl.d.nc.PublishMsg(m); err != nil {
 				pl.log.Warn().Err(err).Msg("publishing output")
 				continue
@@ -485,31 +489,60 @@ func (pl *pipeline) publishOutputs(outs []output) {
 			continue
 		}
 		m.Header.Set(jetstream.MsgIDHeader, pl.outputID(outs[i].source.seq))
+		msgs = append(msgs, m)
+	}
+	for try := 0; len(msgs) > 0; try++ {
+		if try > 0 {
+			if try == 1 {
+				pl.log.Warn().Int("outputs", len(msgs)).Msg("the output stream did not store every output; publishing them again every second")
+			}
+			select {
+			case <-ctx.Done():
+				pl.log.Error().Int("outputs", len(msgs)).Msg("outputs not stored in the output stream before shutdown")
+				return
+			case <-time.After(time.Second):
+			}
+		}
+		msgs = pl.publishStored(msgs)
+	}
+}
+
+// publishStored publishes msgs to JetStream and returns those the stream
+// did not acknowledge within 10 s.
+func (pl *pipeline) publishStored(msgs []*nats.Msg) []*nats.Msg {
+	acks := make([]jetstream.PubAckFuture, len(msgs))
+	var failed []*nats.Msg
+	for i, m := range msgs {
 		f, err := pl.d.js.PublishMsgAsync(m)
 		if err != nil {
-			pl.log.Warn().Err(err).Msg("publishing output")
+			failed = append(failed, m)
 			continue
 		}
-		acks = append(acks, f)
-	}
-	if len(acks) == 0 {
-		return
+		acks[i] = f
 	}
 	timeout := time.NewTimer(10 * time.Second)
 	defer timeout.Stop()
-	for _, f := range acks {
+	for i, f := range acks {
+		if f == nil {
+			continue
+		}
 		select {
 		case a := <-f.Ok():
 			if !a.Duplicate {
 				pl.stats.published.Add(1)
 			}
-		case err := <-f.Err():
-			pl.log.Warn().Err(err).Msg("publishing output to JetStream")
+		case <-f.Err():
+			failed = append(failed, msgs[i])
 		case <-timeout.C:
-			pl.log.Warn().Int("outputs", len(acks)).Msg("publishing outputs to JetStream: no acknowledgement within 10s")
-			return
+			for j := i; j < len(acks); j++ {
+				if acks[j] != nil {
+					failed = append(failed, msgs[j])
+				}
+			}
+			return failed
 		}
 	}
+	return failed
 }
 
 // outputID is the Nats-Msg-Id of the output of the input at seq: the

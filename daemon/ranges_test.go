@@ -53,7 +53,7 @@ func TestLiveRangesAreStable(t *testing.T) {
 		p.ADMM.Crop = 4
 		a := &p.ADMM
 		if high {
-			a.LearningRate, a.Rho, a.Lambda, a.Omega, a.Memory = 1, 100, 100, 100, 1
+			a.LearningRate, a.Rho, a.Lambda, a.Omega, a.Memory = 1, 100, 1, 100, 1
 		} else {
 			a.LearningRate, a.Rho, a.Lambda, a.Omega, a.Memory = 1e-9, 1e-3, 1e-9, 1e-9, math.Inf(1)
 		}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -138,11 +139,7 @@ func (d *Daemon) checkpointSources(ctx context.Context, pipeline string) ([]chec
 // object name (checkpointName); 0 if it has none.
 func checkpointVersion(name string) uint64 {
 	base := strings.TrimSuffix(filepath.Base(name), ".ckpt")
-	i := strings.LastIndexByte(base, '-')
-	var v uint64
-	if i >= 0 {
-		fmt.Sscan(base[i+1:], &v)
-	}
+	v, _ := strconv.ParseUint(base[strings.LastIndexByte(base, '-')+1:], 10, 64) // zero-padded decimal
 	return v
 }
 

@@ -33,7 +33,7 @@ func (d *Daemon) storageFault(msg string) {
 
 // watchStorage runs while the daemon runs (embedded server only).
 func (d *Daemon) watchStorage(ctx context.Context) {
-	dir := filepath.Join(d.cfg.DataDir, "nats")
+	dir := filepath.Join(d.fixed.DataDir, "nats")
 	t := time.NewTicker(storageCheckEvery)
 	defer t.Stop()
 	for {

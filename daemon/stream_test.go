@@ -350,7 +350,7 @@ func TestJetStreamOutputsAreEffectivelyOnce(t *testing.T) {
 // A checkpoint whose model is not finite is never restored.
 func TestDegenerateCheckpointRefused(t *testing.T) {
 	cfg := testConfig(t, digitsPipeline("digits", "nan.images", 16))
-	pl := newPipeline(&Daemon{cfg: cfg, log: NewLogger(testWriter{t}, "console").Logger}, cfg.Pipelines[0])
+	pl := newPipeline(&Daemon{cfg: cfg, fixed: cfg, log: NewLogger(testWriter{t}, "console").Logger}, cfg.Pipelines[0])
 	m := pl.model.(*imageModel)
 	secs := must(m.sections())
 	c := &Checkpoint{Pipeline: "digits", Modality: "image", Config: must(yaml.Marshal(cfg.Pipelines[0])), Sections: secs, RNG: must(pl.src.MarshalBinary())}
@@ -424,5 +424,14 @@ func TestPlantedCheckpointRefused(t *testing.T) {
 	}
 	if st := pipelineStatus(d2, "digits"); st.ModelVersion != own.ModelVersion || st.LastSeq != own.LastSeq {
 		t.Errorf("restored version %d at seq %d, want the daemon's own %d at %d", st.ModelVersion, st.LastSeq, own.ModelVersion, own.LastSeq)
+	}
+}
+
+// Checkpoint names sort and parse as decimal versions (zero-padded).
+func TestCheckpointVersion(t *testing.T) {
+	for _, v := range []uint64{0, 7, 8, 65, 79, 1 << 40} {
+		if got := checkpointVersion("/x/digits-2/" + checkpointName("digits-2", v)); got != v {
+			t.Errorf("version of %s: %d", checkpointName("digits-2", v), got)
+		}
 	}
 }
