@@ -19,7 +19,7 @@ import (
 )
 
 // DefaultNeighbourQueries are the words whose neighbour lists `smtd
-// bench words` prints, those of issue 4.
+// bench words` prints, those of the word2vec comparison in BENCHMARKS.md.
 const DefaultNeighbourQueries = "monday,june,three,red,mother,water,church,president"
 
 // Words measures SMT word embeddings (smt-minimalistic, section 2 and
