@@ -166,6 +166,7 @@ type pipeline struct {
 	lastRefusal, lastDiverg string
 	missing                 string
 	goneSince               time.Time // when the input stream was found deleted
+	gapAfter                uint64    // the sequence after which a delivery hole was last re-read
 	health                  atomic.Pointer[Health]
 
 	snap     atomic.Pointer[snapshot]
@@ -351,6 +352,9 @@ func (pl *pipeline) process(ctx context.Context, msgs []inMsg) {
 	if len(msgs) == 0 {
 		return
 	}
+	if pl.deliveryGap(ctx, msgs) {
+		return
+	}
 	batch := make([]sample, 0, len(msgs))
 	for _, m := range msgs {
 		if m.seq <= pl.lastSeq && pl.stream.name != "" {
@@ -379,6 +383,38 @@ func (pl *pipeline) process(ctx context.Context, msgs []inMsg) {
 			pl.log.Warn().Err(err).Uint64("seq", last.seq).Msg("ack failed; the batch may be delivered again and will be skipped")
 		}
 	}
+}
+
+// deliveryGap finds a hole in the sequences delivered after the last one
+// applied, as when a delivery is lost while the server restarts: with the
+// consumer's ack-all policy, acknowledging the messages after the hole
+// would acknowledge the missing ones, unread. The first time a hole
+// follows a given sequence, the consumer is created again right after it
+// and the batch dropped, to be read again; a hole that is still there
+// then holds no message of the input (deleted, or of another subject).
+func (pl *pipeline) deliveryGap(ctx context.Context, msgs []inMsg) bool {
+	if pl.stream.name == "" || pl.lastSeq == 0 {
+		return false
+	}
+	prev := pl.lastSeq
+	for _, m := range msgs {
+		if m.seq <= prev {
+			continue
+		}
+		if m.seq > prev+1 && pl.gapAfter != prev {
+			pl.gapAfter = prev
+			pl.log.Warn().Uint64("after_seq", prev).Uint64("next_delivered", m.seq).Msg("a hole in the delivered sequences; reading the stream again after the last applied message")
+			in, err := newJSIntake(context.WithoutCancel(ctx), pl.d.js, pl.stream.name, &pl.cfg, pl.lastSeq)
+			if err != nil {
+				pl.log.Error().Err(err).Msg("reading the stream again")
+				return false
+			}
+			pl.in = in
+			return true
+		}
+		prev = m.seq
+	}
+	return false
 }
 
 // learn applies one batch of valid samples, then checks the model: a

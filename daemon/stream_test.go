@@ -435,3 +435,38 @@ func TestCheckpointVersion(t *testing.T) {
 		}
 	}
 }
+
+// A delivery the daemon never received (here: taken by another client
+// pulling from its consumer, as a delivery lost in a server restart would
+// be) is read again, not acknowledged unread with the messages after it.
+func TestLostDeliveryIsReadAgain(t *testing.T) {
+	cfg := testConfig(t, digitsPipeline("digits", "gap.images", 16))
+	d := startDaemon(t, cfg)
+	nc := connect(t, d.ClientURL())
+	js := jetStream(t, nc)
+	n := replayFile(t, nc, "mnist-raw-100.smtdrec", "gap.images")
+	waitFor(t, 30*time.Second, "stream learned", func() bool { return pipelineStatus(d, "digits").Learned == int64(n) })
+	cons, err := js.Consumer(t.Context(), "SMTD_DIGITS", "smtd-digits")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stolen := make(chan int, 1)
+	go func() {
+		b, err := cons.Fetch(10, jetstream.FetchMaxWait(5*time.Second))
+		got := 0
+		if err == nil {
+			for range b.Messages() {
+				got++ // never acknowledged
+			}
+		}
+		stolen <- got
+	}()
+	time.Sleep(100 * time.Millisecond) // the pull request is waiting
+	m := replayFile(t, nc, "mnist-raw-100.smtdrec", "gap.images")
+	if got := <-stolen; got == 0 {
+		t.Skip("the other client received no message")
+	} else {
+		t.Logf("another client took %d deliveries", got)
+	}
+	waitFor(t, 30*time.Second, "every message learned", func() bool { return pipelineStatus(d, "digits").Learned == int64(n+m) })
+}
