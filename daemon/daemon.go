@@ -153,7 +153,7 @@ func (d *Daemon) startPipeline(ctx context.Context, pl *pipeline) error {
 	pc := &pl.cfg
 	var st *streamState
 	if pc.Input.Transport == config.JetStream {
-		s, _, err := ensureStream(ctx, d.js, d.cfg, pc)
+		s, err := ensureStream(ctx, d.js, d.cfg, pc)
 		if err != nil {
 			return err
 		}

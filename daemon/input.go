@@ -117,7 +117,7 @@ func (pl *pipeline) reattach(ctx context.Context) (bool, string) {
 		if time.Since(pl.goneSince) < recreateAfter {
 			return false, why
 		}
-		st, _, err := ensureStream(ctx, js, pl.d.fixed, &pl.cfg)
+		st, err := ensureStream(ctx, js, pl.d.fixed, &pl.cfg)
 		if err != nil {
 			return false, why + "; recreating it: " + err.Error()
 		}
@@ -172,17 +172,9 @@ func streamOf(ctx context.Context, js jetstream.JetStream, p *config.Pipeline) (
 // output transport jetstream exists, with the configured duplicate window.
 func ensureOutputStream(ctx context.Context, js jetstream.JetStream, cfg *config.Config, p *config.Pipeline) error {
 	name := p.OutputStreamName()
-	_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:        name,
-		Description: "smtd outputs of pipeline " + p.Name,
-		Subjects:    []string{p.Output.Subject},
-		Retention:   jetstream.LimitsPolicy,
-		Discard:     jetstream.DiscardOld,
-		Duplicates:  p.Output.DuplicateWindow,
-		MaxBytes:    cfg.NATS.StreamMaxBytes,
-		MaxAge:      cfg.NATS.StreamMaxAge,
-		Storage:     jetstream.FileStorage,
-	})
+	sc := boundedStream(name, "smtd outputs of pipeline "+p.Name, p.Output.Subject, cfg.NATS)
+	sc.Duplicates = p.Output.DuplicateWindow
+	_, err := js.CreateOrUpdateStream(ctx, sc)
 	if err != nil {
 		return fmt.Errorf("smtd: output stream %s for %s: %w", name, p.Output.Subject, err)
 	}

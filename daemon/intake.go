@@ -83,34 +83,34 @@ func newStreamState(info *jetstream.StreamInfo) streamState {
 
 // ensureStream returns the state of the stream that captures the
 // pipeline's input subject, creating it if there is none.
-func ensureStream(ctx context.Context, js jetstream.JetStream, cfg *config.Config, p *config.Pipeline) (streamState, bool, error) {
+func ensureStream(ctx context.Context, js jetstream.JetStream, cfg *config.Config, p *config.Pipeline) (streamState, error) {
 	name, err := js.StreamNameBySubject(ctx, p.Input.Subject)
-	created := false
 	var s jetstream.Stream
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
-		s, err = js.CreateStream(ctx, jetstream.StreamConfig{
-			Name:        p.StreamName(),
-			Description: "smtd input of pipeline " + p.Name,
-			Subjects:    []string{p.Input.Subject},
-			Retention:   jetstream.LimitsPolicy,
-			Discard:     jetstream.DiscardOld,
-			MaxBytes:    cfg.NATS.StreamMaxBytes,
-			MaxAge:      cfg.NATS.StreamMaxAge,
-			Storage:     jetstream.FileStorage,
-		})
+		s, err = js.CreateStream(ctx, boundedStream(p.StreamName(), "smtd input of pipeline "+p.Name, p.Input.Subject, cfg.NATS))
 		if err != nil {
-			return streamState{}, false, fmt.Errorf("smtd: creating stream %s for %s: %w", p.StreamName(), p.Input.Subject, err)
+			return streamState{}, fmt.Errorf("smtd: creating stream %s for %s: %w", p.StreamName(), p.Input.Subject, err)
 		}
-		created = true
 	case err != nil:
-		return streamState{}, false, fmt.Errorf("smtd: looking up the stream of %s: %w", p.Input.Subject, err)
+		return streamState{}, fmt.Errorf("smtd: looking up the stream of %s: %w", p.Input.Subject, err)
 	default:
 		if s, err = js.Stream(ctx, name); err != nil {
-			return streamState{}, false, fmt.Errorf("smtd: stream %s: %w", name, err)
+			return streamState{}, fmt.Errorf("smtd: stream %s: %w", name, err)
 		}
 	}
-	return newStreamState(s.CachedInfo()), created, nil
+	return newStreamState(s.CachedInfo()), nil
+}
+
+// boundedStream is the config of a stream the daemon creates: file
+// storage, the oldest messages dropped past nats.stream_max_bytes and
+// nats.stream_max_age.
+func boundedStream(name, description, subject string, n config.NATS) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name: name, Description: description, Subjects: []string{subject},
+		Retention: jetstream.LimitsPolicy, Discard: jetstream.DiscardOld,
+		MaxBytes: n.StreamMaxBytes, MaxAge: n.StreamMaxAge, Storage: jetstream.FileStorage,
+	}
 }
 
 // newJSIntake (re)creates the pipeline's durable consumer on stream so
