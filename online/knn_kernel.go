@@ -5,7 +5,7 @@ package online
 //
 //	s_ij = Σ_l x_il·t_jl    (float32, one fused multiply-add per l, l = 0…Dim−1)
 //
-// into a score tile of a few hundred stored rows, which KNN.Classify
+// into a score tile of 32 to 512 stored rows (see knnPanels), which KNN.Classify
 // merges into each query's K best before the next tile: the queries ×
 // stored rows score matrix is never written. The layouts are those of the
 // k-means kernels (fused.go): the stored rows are kept in panels of
