@@ -360,25 +360,82 @@ func firstMaxAVX512(a *asm) {
 }
 
 // knnScores emits the score-tile kernel of the KNN (knn_kernel.go): the
-// dot loop of the k-means kernels, with the accumulators of each block
-// and panel stored to the tile instead of reduced,
+// dot loop of the k-means kernels over dimensions l0 ≤ l < l1 only, with
+// the accumulators of each block and panel started from the tile (add)
+// or zero, and stored back to it instead of reduced,
 //
-//	out[((b·panels + p)·rows + r)·panelWidth + a] = Σ_l x[b·rows + r][l]·t[p·panelWidth + a][l]
+//	out[((b·panels + p)·rows + r)·panelWidth + a] (+)= Σ_{l0≤l<l1} x[b·rows + r][l]·t[p·panelWidth + a][l]
 //
-// so that the tile is written in order, one block × panel (1 KB for
-// AVX-512, 384 B for AVX2) after the other.
+// so that a slice of dimensions of a block and of a panel stay in L1
+// while the tile, written in order one block × panel (1 KB for AVX-512,
+// 384 B for AVX2) after the other, stays in L2. Each lane continues its
+// chain of fused multiply-adds where the previous slice stopped, so the
+// scores do not depend on the slicing. x and pack point at dimension l0;
+// xstride and pstride are the bytes from one block of x, and one panel,
+// to the next.
 func knnScores(a *asm, wide bool) {
 	name, rows, regs, reg, width := "knnScoresAVX2", 3, 4, "Y", 32
 	if wide {
 		name, rows, regs, reg, width = "knnScoresAVX512", 8, 2, "Z", 64
 	}
-	prologue(a, name, "(x *float32, blocks, dim int, pack *float32, panels int, out *float32)", 48)
+	fmt.Fprintf(a, "\n// func %s(x *float32, blocks, n int, pack *float32, panels int, out *float32, xstride, pstride, add int)\nTEXT ·%s(SB), NOSPLIT, $0-72\n", name, name)
+	a.op("MOVQ x+0(FP), SI")
+	a.op("MOVQ n+16(FP), DX")
 	a.op("MOVQ out+40(FP), R9")
+	a.op("MOVQ xstride+48(FP), R8")
+	a.op("MOVQ pstride+56(FP), DI")
+	a.op("MOVQ add+64(FP), CX")
 	a.label(name + "_block")
 	a.op("MOVQ pack+24(FP), R12")
 	a.op("XORQ R11, R11")
 	a.label(name + "_panel")
-	dimLoop(a, name, wide)
+	a.op("TESTQ CX, CX")
+	a.op("JNZ %s_load", name)
+	a.comment("acc = 0")
+	for i := 0; i < rows*regs; i++ {
+		if wide {
+			a.op("VPXORD Z%d, Z%d, Z%d", i, i, i)
+		} else {
+			a.op("VPXOR Y%d, Y%d, Y%d", i, i, i)
+		}
+	}
+	a.op("JMP %s_start", name)
+	a.label(name + "_load")
+	a.comment("acc = the block's scores with this panel so far")
+	for r := 0; r < rows; r++ {
+		for q := 0; q < regs; q++ {
+			a.op("VMOVUPS %d(R9), %s%d", r*panelBytes+width*q, reg, r*regs+q)
+		}
+	}
+	a.label(name + "_start")
+	a.op("MOVQ SI, R13")
+	a.op("MOVQ R12, AX")
+	a.op("MOVQ DX, BX")
+	a.label(name + "_dim")
+	if wide {
+		a.op("VMOVUPS (AX), Z16")
+		a.op("VMOVUPS 64(AX), Z17")
+		for r := 0; r < rows; r++ {
+			a.op("VBROADCASTSS %d(R13), Z%d", 4*r, 18+r)
+		}
+		for r := 0; r < rows; r++ {
+			for q := 0; q < regs; q++ {
+				a.op("VFMADD231PS Z%d, Z%d, Z%d", 16+q, 18+r, r*regs+q)
+			}
+		}
+	} else {
+		for r := 0; r < rows; r++ {
+			a.op("VBROADCASTSS %d(R13), Y%d", 4*r, 12+r)
+			for q := 0; q < regs; q++ {
+				a.op("VFMADD231PS %d(AX), Y%d, Y%d", 32*q, 12+r, r*regs+q)
+			}
+		}
+	}
+	a.op("ADDQ $%d, R13", 4*rows)
+	a.op("ADDQ $%d, AX", panelBytes)
+	a.op("DECQ BX")
+	a.op("JNZ %s_dim", name)
+	a.op("ADDQ DI, R12")
 	a.comment("store the block's scores with this panel")
 	for r := 0; r < rows; r++ {
 		for q := 0; q < regs; q++ {
@@ -386,5 +443,12 @@ func knnScores(a *asm, wide bool) {
 		}
 	}
 	a.op("ADDQ $%d, R9", rows*panelBytes)
-	epilogue(a, name, nil)
+	a.op("INCQ R11")
+	a.op("CMPQ R11, panels+32(FP)")
+	a.op("JLT %s_panel", name)
+	a.op("ADDQ R8, SI")
+	a.op("DECQ blocks+8(FP)")
+	a.op("JNZ %s_block", name)
+	a.op("VZEROUPPER")
+	a.op("RET")
 }

@@ -80,24 +80,19 @@ var (
 	ErrNotFinite = errors.New("online: knn embedding holds NaN or Inf")
 )
 
-// The blocking of KNN.Classify: knnQueryRows queries (packed, 3.2 MB
-// at 3,200 dimensions) are scored against a tile of panels of stored rows
-// at a time, as many as fit in knnTileBytes (one panel, 32 rows, at 3,200
-// dimensions; at most knnTilePanels), so that the tile stays in a core's
-// L2 cache while every block of queries passes over it. The scores, at
-// most 256 × 512 float32s, are merged into the queries' heaps before the
-// next tile. The stored rows stream from memory once per knnQueryRows
-// queries.
+// The blocking of KNN.Classify: knnQueryRows queries (packed) are scored
+// against knnTilePanels panels of stored rows (256 rows) at a time, into
+// a tile of 256 × 256 float32s (256 KB) that is merged into the queries'
+// heaps before the next one. The kernel sweeps the dimensions in slices
+// of knnDimSlice, so that the slice of a panel (32 KB) and of a block of
+// queries stay in L1 and the slices of the tile's panels (256 KB), of the
+// queries (256 KB) and the tile stay in L2, whatever the dimension. The
+// stored rows stream from memory once per knnQueryRows queries.
 const (
 	knnQueryRows  = 256
-	knnTileBytes  = 1 << 19
-	knnTilePanels = 16
+	knnTilePanels = 8
+	knnDimSlice   = 256
 )
-
-// knnPanels returns the panels of dim values per tile.
-func knnPanels(dim int) int {
-	return max(1, min(knnTilePanels, knnTileBytes/(4*panelWidth*dim)))
-}
 
 // KNN is the soft K-nearest-neighbour classifier of smt-minimalistic,
 // App. J, over cosine similarity: for a query x with neighbours n(x), the
@@ -112,8 +107,8 @@ func knnPanels(dim int) int {
 // and has cosine 0 with everything), laid out in panels of 32 rows for
 // the scoring kernels of knn_kernel.go (AVX-512, AVX2 or portable Go,
 // chosen at start-up), which compute the cosines of a block of queries
-// with 32 to 512 stored rows (as fit in L2) into a small tile that is
-// merged into each query's K best at once: the queries × rows score
+// with 256 stored rows into a small tile that is merged into each
+// query's K best at once: the queries × rows score
 // matrix is never written. 60,000 stored rows of 3,200 values take 768 MB, and
 // classifying 10,000 queries against them is 3.8·10¹² flops. A float32
 // cosine is within fusedTol(dim) (4·(dim+2)·2⁻²⁴, 7.6·10⁻⁴ at 3,200
@@ -306,7 +301,7 @@ func (k *KNN) nearest(kn *knnKernel, x mat.Matrix, found func(q int, h []neighbo
 	rows := kn.rows
 	chunk := max(1, knnQueryRows/rows) * rows
 	panels := panelsFor(n)
-	tp := min(knnPanels(c), panels)
+	tp := min(knnTilePanels, panels)
 	query := make([]float32, chunk*c)
 	tile := make([]float32, chunk*tp*panelWidth)
 	heaps := make([]neighbour, chunk*kk)
@@ -321,7 +316,10 @@ func (k *KNN) nearest(kn *knnKernel, x mat.Matrix, found func(q int, h []neighbo
 		clear(sizes)
 		for p0 := 0; p0 < panels; p0 += tp {
 			np := min(tp, panels-p0)
-			kn.scores(query, blocks, c, k.pack[p0*c*panelWidth:(p0+np)*c*panelWidth], np, tile)
+			pack := k.pack[p0*c*panelWidth : (p0+np)*c*panelWidth]
+			for l0 := 0; l0 < c; l0 += knnDimSlice {
+				kn.scores(query, blocks, c, l0, min(c, l0+knnDimSlice), pack, np, tile)
+			}
 			for i := 0; i < nq; i++ {
 				b, ri := i/rows, i%rows
 				h := heaps[i*kk : (i+1)*kk]

@@ -4,15 +4,20 @@
 
 #include "textflag.h"
 
-// func knnScoresAVX512(x *float32, blocks, dim int, pack *float32, panels int, out *float32)
-TEXT ·knnScoresAVX512(SB), NOSPLIT, $0-48
+// func knnScoresAVX512(x *float32, blocks, n int, pack *float32, panels int, out *float32, xstride, pstride, add int)
+TEXT ·knnScoresAVX512(SB), NOSPLIT, $0-72
 	MOVQ x+0(FP), SI
-	MOVQ dim+16(FP), DX
+	MOVQ n+16(FP), DX
 	MOVQ out+40(FP), R9
+	MOVQ xstride+48(FP), R8
+	MOVQ pstride+56(FP), DI
+	MOVQ add+64(FP), CX
 knnScoresAVX512_block:
 	MOVQ pack+24(FP), R12
 	XORQ R11, R11
 knnScoresAVX512_panel:
+	TESTQ CX, CX
+	JNZ knnScoresAVX512_load
 
 	// acc = 0
 	VPXORD Z0, Z0, Z0
@@ -31,6 +36,27 @@ knnScoresAVX512_panel:
 	VPXORD Z13, Z13, Z13
 	VPXORD Z14, Z14, Z14
 	VPXORD Z15, Z15, Z15
+	JMP knnScoresAVX512_start
+knnScoresAVX512_load:
+
+	// acc = the block's scores with this panel so far
+	VMOVUPS 0(R9), Z0
+	VMOVUPS 64(R9), Z1
+	VMOVUPS 128(R9), Z2
+	VMOVUPS 192(R9), Z3
+	VMOVUPS 256(R9), Z4
+	VMOVUPS 320(R9), Z5
+	VMOVUPS 384(R9), Z6
+	VMOVUPS 448(R9), Z7
+	VMOVUPS 512(R9), Z8
+	VMOVUPS 576(R9), Z9
+	VMOVUPS 640(R9), Z10
+	VMOVUPS 704(R9), Z11
+	VMOVUPS 768(R9), Z12
+	VMOVUPS 832(R9), Z13
+	VMOVUPS 896(R9), Z14
+	VMOVUPS 960(R9), Z15
+knnScoresAVX512_start:
 	MOVQ SI, R13
 	MOVQ R12, AX
 	MOVQ DX, BX
@@ -65,7 +91,7 @@ knnScoresAVX512_dim:
 	ADDQ $128, AX
 	DECQ BX
 	JNZ knnScoresAVX512_dim
-	MOVQ AX, R12
+	ADDQ DI, R12
 
 	// store the block's scores with this panel
 	VMOVUPS Z0, 0(R9)
@@ -88,23 +114,26 @@ knnScoresAVX512_dim:
 	INCQ R11
 	CMPQ R11, panels+32(FP)
 	JLT knnScoresAVX512_panel
-
-	// next block: R13 is past the last row of this one
-	MOVQ R13, SI
+	ADDQ R8, SI
 	DECQ blocks+8(FP)
 	JNZ knnScoresAVX512_block
 	VZEROUPPER
 	RET
 
-// func knnScoresAVX2(x *float32, blocks, dim int, pack *float32, panels int, out *float32)
-TEXT ·knnScoresAVX2(SB), NOSPLIT, $0-48
+// func knnScoresAVX2(x *float32, blocks, n int, pack *float32, panels int, out *float32, xstride, pstride, add int)
+TEXT ·knnScoresAVX2(SB), NOSPLIT, $0-72
 	MOVQ x+0(FP), SI
-	MOVQ dim+16(FP), DX
+	MOVQ n+16(FP), DX
 	MOVQ out+40(FP), R9
+	MOVQ xstride+48(FP), R8
+	MOVQ pstride+56(FP), DI
+	MOVQ add+64(FP), CX
 knnScoresAVX2_block:
 	MOVQ pack+24(FP), R12
 	XORQ R11, R11
 knnScoresAVX2_panel:
+	TESTQ CX, CX
+	JNZ knnScoresAVX2_load
 
 	// acc = 0
 	VPXOR Y0, Y0, Y0
@@ -119,6 +148,23 @@ knnScoresAVX2_panel:
 	VPXOR Y9, Y9, Y9
 	VPXOR Y10, Y10, Y10
 	VPXOR Y11, Y11, Y11
+	JMP knnScoresAVX2_start
+knnScoresAVX2_load:
+
+	// acc = the block's scores with this panel so far
+	VMOVUPS 0(R9), Y0
+	VMOVUPS 32(R9), Y1
+	VMOVUPS 64(R9), Y2
+	VMOVUPS 96(R9), Y3
+	VMOVUPS 128(R9), Y4
+	VMOVUPS 160(R9), Y5
+	VMOVUPS 192(R9), Y6
+	VMOVUPS 224(R9), Y7
+	VMOVUPS 256(R9), Y8
+	VMOVUPS 288(R9), Y9
+	VMOVUPS 320(R9), Y10
+	VMOVUPS 352(R9), Y11
+knnScoresAVX2_start:
 	MOVQ SI, R13
 	MOVQ R12, AX
 	MOVQ DX, BX
@@ -142,7 +188,7 @@ knnScoresAVX2_dim:
 	ADDQ $128, AX
 	DECQ BX
 	JNZ knnScoresAVX2_dim
-	MOVQ AX, R12
+	ADDQ DI, R12
 
 	// store the block's scores with this panel
 	VMOVUPS Y0, 0(R9)
@@ -161,9 +207,7 @@ knnScoresAVX2_dim:
 	INCQ R11
 	CMPQ R11, panels+32(FP)
 	JLT knnScoresAVX2_panel
-
-	// next block: R13 is past the last row of this one
-	MOVQ R13, SI
+	ADDQ R8, SI
 	DECQ blocks+8(FP)
 	JNZ knnScoresAVX2_block
 	VZEROUPPER

@@ -5,7 +5,7 @@ package online
 //
 //	s_ij = Σ_l x_il·t_jl    (float32, one fused multiply-add per l, l = 0…Dim−1)
 //
-// into a score tile of 32 to 512 stored rows (see knnPanels), which KNN.Classify
+// into a score tile of knnTilePanels panels of stored rows, which KNN.Classify
 // merges into each query's K best before the next tile: the queries ×
 // stored rows score matrix is never written. The layouts are those of the
 // k-means kernels (fused.go): the stored rows are kept in panels of
@@ -23,10 +23,12 @@ type knnKernel struct {
 	name string
 	rows int // query rows per block
 
-	// scores writes the score of query row r of block b with stored row
-	// a of panel p to out[((b·panels + p)·rows + r)·panelWidth + a], for
-	// the blocks·rows packed rows of x and the panels of pack.
-	scores func(x []float32, blocks, dim int, pack []float32, panels int, out []float32)
+	// scores adds, for dimensions l0 ≤ l < l1 of dim, the products of
+	// query row r of block b with stored row a of panel p to
+	// out[((b·panels + p)·rows + r)·panelWidth + a], or sets it to them if
+	// l0 = 0, for the blocks·rows packed rows of x and the panels of pack.
+	// Sweeping l0 … l1 over 0 … dim in order leaves the cosines in out.
+	scores func(x []float32, blocks, dim, l0, l1 int, pack []float32, panels int, out []float32)
 }
 
 // knnGeneric is the portable KNN kernel.
@@ -35,16 +37,23 @@ var knnGeneric = &knnKernel{name: "generic", rows: 4, scores: knnScoresGeneric}
 // knnBest is the KNN kernel this process uses: the fastest the CPU runs.
 var knnBest = bestKNNKernel()
 
-func knnScoresGeneric(x []float32, blocks, dim int, pack []float32, panels int, out []float32) {
-	checkKNNScores(4, x, blocks, dim, pack, panels, out)
+func knnScoresGeneric(x []float32, blocks, dim, l0, l1 int, pack []float32, panels int, out []float32) {
+	checkKNNScores(4, x, blocks, dim, l0, l1, pack, panels, out)
 	var acc [4][panelWidth]float32
 	o := 0
 	for b := 0; b < blocks; b++ {
-		blk := x[b*4*dim : (b+1)*4*dim]
+		blk := x[b*4*dim+4*l0 : b*4*dim+4*l1]
 		for p := 0; p < panels; p++ {
-			scoreGeneric(&acc, blk, pack[p*dim*panelWidth:(p+1)*dim*panelWidth])
+			scoreGeneric(&acc, blk, pack[p*dim*panelWidth+l0*panelWidth:p*dim*panelWidth+l1*panelWidth])
 			for i := range acc {
-				copy(out[o:o+panelWidth], acc[i][:])
+				dst := out[o : o+panelWidth]
+				if l0 == 0 {
+					copy(dst, acc[i][:])
+				} else {
+					for a, v := range acc[i] {
+						dst[a] += v
+					}
+				}
 				o += panelWidth
 			}
 		}
@@ -53,9 +62,9 @@ func knnScoresGeneric(x []float32, blocks, dim int, pack []float32, panels int, 
 
 // checkKNNScores panics unless the buffers hold what a KNN kernel with
 // blocks of r rows reads and writes: the assembly does not check.
-func checkKNNScores(r int, x []float32, blocks, dim int, pack []float32, panels int, out []float32) {
-	if blocks < 1 || dim < 1 || panels < 1 || len(x) < blocks*r*dim || len(pack) < panels*dim*panelWidth ||
-		len(out) < blocks*panels*r*panelWidth {
+func checkKNNScores(r int, x []float32, blocks, dim, l0, l1 int, pack []float32, panels int, out []float32) {
+	if blocks < 1 || dim < 1 || panels < 1 || l0 < 0 || l1 <= l0 || l1 > dim ||
+		len(x) < blocks*r*dim || len(pack) < panels*dim*panelWidth || len(out) < blocks*panels*r*panelWidth {
 		panic("online: knn kernel: buffers too short")
 	}
 }

@@ -114,8 +114,8 @@ func checkKNNKernels(t *testing.T, train, test mat.Matrix, K int) {
 }
 
 // TestKNNKernelsRandom checks every kernel on clustered random rows,
-// across query chunks (knnQueryRows), tiles (knnTilePanels panels) and
-// ragged last panels, against the float64 cosines.
+// across query chunks (knnQueryRows), tiles (knnTilePanels panels),
+// slices of dimensions (knnDimSlice) and ragged last panels, against the float64 cosines.
 func TestKNNKernelsRandom(t *testing.T) {
 	for _, tc := range []struct{ n, r, dim, K int }{
 		{1000, 50, 37, 30},
