@@ -451,3 +451,33 @@ func BenchmarkKNN(b *testing.B) {
 		gflops(b, i)
 	})
 }
+
+// TestKNNSlicesExact checks that sweeping the dimensions in slices gives
+// the vector kernels' scores of one sweep bit for bit: each lane's fused
+// multiply-adds continue from the stored float32.
+func TestKNNSlicesExact(t *testing.T) {
+	const blocks, dim, panels = 2, 301, 3
+	rng := rand.New(rand.NewPCG(88, 89))
+	pack := make([]float32, panels*dim*panelWidth)
+	for i := range pack {
+		pack[i] = float32(rng.NormFloat64())
+	}
+	for _, kn := range knnKernels() {
+		if kn == knnGeneric {
+			continue
+		}
+		x := make([]float32, blocks*kn.rows*dim)
+		for i := range x {
+			x[i] = float32(rng.NormFloat64())
+		}
+		whole := make([]float32, blocks*kn.rows*panels*panelWidth)
+		sliced := make([]float32, len(whole))
+		kn.scores(x, blocks, dim, 0, dim, pack, panels, whole)
+		for _, l := range [][2]int{{0, 1}, {1, 100}, {100, 256}, {256, 301}} {
+			kn.scores(x, blocks, dim, l[0], l[1], pack, panels, sliced)
+		}
+		if !slices.Equal(whole, sliced) {
+			t.Errorf("%s: sliced sweep differs from one sweep", kn.name)
+		}
+	}
+}
