@@ -6,8 +6,6 @@ import (
 	"math"
 	"slices"
 
-	"gonum.org/v1/gonum/blas"
-	"gonum.org/v1/gonum/blas/blas32"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -82,11 +80,18 @@ var (
 	ErrNotFinite = errors.New("online: knn embedding holds NaN or Inf")
 )
 
-// knnBlock bounds the scores computed per sgemm call: the rows of a
-// block of queries against a block of stored rows, 2^20 float32s (4 MB).
+// The blocking of KNN.Classify: knnQueryRows queries (packed) are scored
+// against knnTilePanels panels of stored rows (256 rows) at a time, into
+// a tile of 256 × 256 float32s (256 KB) that is merged into the queries'
+// heaps before the next one. The kernel sweeps the dimensions in slices
+// of knnDimSlice, so that the slice of a panel (32 KB) and of a block of
+// queries stay in L1 and the slices of the tile's panels (256 KB), of the
+// queries (256 KB) and the tile stay in L2, whatever the dimension. The
+// stored rows stream from memory once per knnQueryRows queries.
 const (
-	knnQueryRows = 256
-	knnTrainRows = 4096
+	knnQueryRows  = 256
+	knnTilePanels = 8
+	knnDimSlice   = 256
 )
 
 // KNN is the soft K-nearest-neighbour classifier of smt-minimalistic,
@@ -99,18 +104,23 @@ const (
 // App. J does not move the argmax. Ties go to the smaller class.
 //
 // Rows are stored scaled to unit norm in float32 (a zero row stays zero
-// and has cosine 0 with everything), and the cosines of a block of
-// queries with a block of stored rows are one blas32 sgemm, which runs at
-// about twice the speed of dgemm with gonum's pure-Go BLAS: 60,000
-// stored rows of 3,200 values take 768 MB, and classifying 10,000 queries
-// against them is 3.8·10¹² flops. Rounding of the float32 cosines (below
-// 10⁻⁶) can only swap neighbours whose cosines are that close.
+// and has cosine 0 with everything), laid out in panels of 32 rows for
+// the scoring kernels of knn_kernel.go (AVX-512, AVX2 or portable Go,
+// chosen at start-up), which compute the cosines of a block of queries
+// with 256 stored rows into a small tile that is merged into each
+// query's K best at once: the queries × rows score
+// matrix is never written. 60,000 stored rows of 3,200 values take 768 MB, and
+// classifying 10,000 queries against them is 3.8·10¹² flops. A float32
+// cosine is within fusedTol(dim) (4·(dim+2)·2⁻²⁴, 7.6·10⁻⁴ at 3,200
+// dimensions, and typically far less) of the exact one, so the
+// neighbours can differ from those of exact arithmetic only among rows
+// whose cosines with the query are that close to the K-th largest.
 //
 // Add modifies the KNN; Classify only reads it.
 type KNN struct {
 	s       KNNSettings
 	dim     int
-	rows    []float32 // stored unit rows
+	pack    []float32 // stored unit rows in panels (see knn_kernel.go); padding lanes are zero
 	labels  []int
 	classes int
 }
@@ -131,7 +141,7 @@ func NewKNN(s KNNSettings, dim int) *KNN {
 // (60,000 training images) allocates once instead of doubling.
 func (k *KNN) Grow(n int) {
 	if n > 0 {
-		k.rows = slices.Grow(k.rows, n*k.dim)
+		k.pack = slices.Grow(k.pack, panelsFor(len(k.labels)+n)*k.dim*panelWidth-len(k.pack))
 		k.labels = slices.Grow(k.labels, n)
 	}
 }
@@ -153,11 +163,28 @@ func (k *KNN) Add(x mat.Matrix, labels []int) error {
 			return fmt.Errorf("%w: row %d has label %d", ErrLabel, i, l)
 		}
 	}
-	start := len(k.rows)
-	k.rows = slices.Grow(k.rows, r*c)[:start+r*c]
-	if err := unitRows32(k.rows[start:], x); err != nil {
-		k.rows = k.rows[:start]
-		return err
+	n0 := len(k.labels)
+	old := len(k.pack)
+	if size := panelsFor(n0+r) * c * panelWidth; size > old {
+		k.pack = slices.Grow(k.pack, size-old)[:size]
+		clear(k.pack[old:])
+	}
+	row := make([]float64, c)
+	for i := 0; i < r; i++ {
+		mat.Row(row, i, x)
+		inv, ok := unitScale(row)
+		if !ok {
+			// Keep the padding lanes of the last old panel zero.
+			k.pack = k.pack[:old]
+			for j := n0; j < min(n0+i, panelsFor(n0)*panelWidth); j++ {
+				base := (j/panelWidth)*c*panelWidth + j%panelWidth
+				for l := 0; l < c; l++ {
+					k.pack[base+l*panelWidth] = 0
+				}
+			}
+			return fmt.Errorf("%w: row %d", ErrNotFinite, i)
+		}
+		k.setRow(n0+i, row, inv)
 	}
 	for _, l := range labels {
 		k.labels = append(k.labels, l)
@@ -166,26 +193,51 @@ func (k *KNN) Add(x mat.Matrix, labels []int) error {
 	return nil
 }
 
-// unitRows32 writes the rows of x, scaled to unit norm, into dst.
-func unitRows32(dst []float32, x mat.Matrix) error {
-	r, c := x.Dims()
-	row := make([]float64, c)
-	for i := 0; i < r; i++ {
-		mat.Row(row, i, x)
-		var ss float64
-		for _, v := range row {
-			ss += v * v
+// setRow stores inv·v as row j of the panels.
+func (k *KNN) setRow(j int, v []float64, inv float64) {
+	base := (j/panelWidth)*k.dim*panelWidth + j%panelWidth
+	for l, x := range v {
+		k.pack[base+l*panelWidth] = float32(x * inv)
+	}
+}
+
+// unitScale returns 1/‖v‖ (0 for the zero vector), and false if v holds
+// NaN or Inf.
+func unitScale(v []float64) (float64, bool) {
+	var ss float64
+	for _, x := range v {
+		ss += x * x
+	}
+	if math.IsNaN(ss) || math.IsInf(ss, 0) {
+		return 0, false
+	}
+	if ss == 0 {
+		return 0, true
+	}
+	return 1 / math.Sqrt(ss), true
+}
+
+// packUnitQueries writes rows q0 … q0+n−1 of x, scaled to unit norm, into
+// dst in blocks of r rows (dimension after dimension, as the kernels read
+// them), padding the last block with zero rows. row is a dim workspace.
+func packUnitQueries(dst []float32, x mat.Matrix, q0, n, r int, row []float64) error {
+	dim := len(row)
+	blocks := (n + r - 1) / r
+	for i := 0; i < blocks*r; i++ {
+		blk := dst[i/r*r*dim : (i/r+1)*r*dim]
+		if i >= n {
+			for l := 0; l < dim; l++ {
+				blk[l*r+i%r] = 0
+			}
+			continue
 		}
-		if math.IsNaN(ss) || math.IsInf(ss, 0) {
-			return fmt.Errorf("%w: row %d", ErrNotFinite, i)
+		mat.Row(row, q0+i, x)
+		inv, ok := unitScale(row)
+		if !ok {
+			return fmt.Errorf("%w: row %d", ErrNotFinite, q0+i)
 		}
-		inv := 0.0
-		if ss > 0 {
-			inv = 1 / math.Sqrt(ss)
-		}
-		out := dst[i*c : (i+1)*c]
-		for j, v := range row {
-			out[j] = float32(v * inv)
+		for l, v := range row {
+			blk[l*r+i%r] = float32(v * inv)
 		}
 	}
 	return nil
@@ -212,72 +264,96 @@ func (k *KNN) Classify(dst []int, x mat.Matrix) error {
 	if c != k.dim || len(dst) != r {
 		panic(mat.ErrShape)
 	}
-	n := len(k.labels)
-	if n == 0 {
+	if len(k.labels) == 0 {
 		for i := range dst {
 			dst[i] = -1
 		}
 		return nil
 	}
-	kk := min(k.s.k(), n)
 	invT := 1 / k.s.temperature()
-	bq, bt := min(knnQueryRows, r), min(knnTrainRows, n)
-	query := make([]float32, bq*c)
-	scores := make([]float32, bq*bt)
-	heaps := make([]neighbour, bq*kk)
-	sizes := make([]int, bq)
 	z := make([]float64, k.classes)
-	for q0 := 0; q0 < r; q0 += bq {
-		nq := min(bq, r-q0)
-		var block mat.Matrix = rowSlice{x, q0, nq}
-		if d, ok := x.(*mat.Dense); ok {
-			block = d.Slice(q0, q0+nq, 0, c)
+	return k.nearest(knnBest, x, func(q int, h []neighbour) {
+		clear(z)
+		for _, nb := range h {
+			w := float64(nb.cos)
+			if k.s.Vote == VoteExp {
+				w = math.Exp((w - 1) * invT) // exp(cos/T) up to a common factor
+			}
+			z[k.labels[nb.idx]] += w
 		}
-		if err := unitRows32(query[:nq*c], block); err != nil {
-			return fmt.Errorf("%w (query %d)", err, q0)
+		best := 0
+		for cl, v := range z {
+			if v > z[best] {
+				best = cl
+			}
+		}
+		dst[q] = best
+	})
+}
+
+// nearest finds the min(K, Len) nearest stored rows of each row q of x
+// with kernel kn and calls found(q, h) with them, in no particular order;
+// h is reused after found returns. There must be stored rows.
+func (k *KNN) nearest(kn *knnKernel, x mat.Matrix, found func(q int, h []neighbour)) error {
+	r, c := x.Dims()
+	n := len(k.labels)
+	kk := min(k.s.k(), n)
+	rows := kn.rows
+	chunk := max(1, knnQueryRows/rows) * rows
+	panels := panelsFor(n)
+	tp := min(knnTilePanels, panels)
+	query := make([]float32, chunk*c)
+	tile := make([]float32, chunk*tp*panelWidth)
+	heaps := make([]neighbour, chunk*kk)
+	sizes := make([]int, chunk)
+	row := make([]float64, c)
+	for q0 := 0; q0 < r; q0 += chunk {
+		nq := min(chunk, r-q0)
+		blocks := (nq + rows - 1) / rows
+		if err := packUnitQueries(query, x, q0, nq, rows, row); err != nil {
+			return err
 		}
 		clear(sizes)
-		qm := blas32.General{Rows: nq, Cols: c, Stride: c, Data: query[:nq*c]}
-		for t0 := 0; t0 < n; t0 += bt {
-			nt := min(bt, n-t0)
-			tm := blas32.General{Rows: nt, Cols: c, Stride: c, Data: k.rows[t0*c : (t0+nt)*c]}
-			sm := blas32.General{Rows: nq, Cols: nt, Stride: nt, Data: scores[:nq*nt]}
-			blas32.Gemm(blas.NoTrans, blas.Trans, 1, qm, tm, 0, sm)
+		for p0 := 0; p0 < panels; p0 += tp {
+			np := min(tp, panels-p0)
+			pack := k.pack[p0*c*panelWidth : (p0+np)*c*panelWidth]
+			for l0 := 0; l0 < c; l0 += knnDimSlice {
+				kn.scores(query, blocks, c, l0, min(c, l0+knnDimSlice), pack, np, tile)
+			}
 			for i := 0; i < nq; i++ {
+				b, ri := i/rows, i%rows
 				h := heaps[i*kk : (i+1)*kk]
 				size := sizes[i]
-				for j, v := range sm.Data[i*nt : (i+1)*nt] {
-					cand := neighbour{cos: v, idx: t0 + j}
-					if size < kk {
-						h[size] = cand
+				for p := 0; p < np; p++ {
+					t0 := (p0 + p) * panelWidth
+					o := ((b*np+p)*rows + ri) * panelWidth
+					s := tile[o : o+min(panelWidth, n-t0)]
+					a := 0
+					for ; size < kk && a < len(s); a++ {
+						h[size] = neighbour{cos: s[a], idx: t0 + a}
 						size++
 						siftUp(h, size-1)
+					}
+					if a == len(s) {
 						continue
 					}
-					if worse(h[0], cand) {
-						h[0] = cand
-						siftDown(h[:size], 0)
+					// The stored rows come in increasing index, so a
+					// candidate displaces the worst only if its cosine is
+					// strictly larger (see worse).
+					worst := h[0].cos
+					for ; a < len(s); a++ {
+						if v := s[a]; v > worst {
+							h[0] = neighbour{cos: v, idx: t0 + a}
+							siftDown(h, 0)
+							worst = h[0].cos
+						}
 					}
 				}
 				sizes[i] = size
 			}
 		}
 		for i := 0; i < nq; i++ {
-			clear(z)
-			for _, nb := range heaps[i*kk : i*kk+sizes[i]] {
-				w := float64(nb.cos)
-				if k.s.Vote == VoteExp {
-					w = math.Exp((w - 1) * invT) // exp(cos/T) up to a common factor
-				}
-				z[k.labels[nb.idx]] += w
-			}
-			best := 0
-			for cl, v := range z {
-				if v > z[best] {
-					best = cl
-				}
-			}
-			dst[q0+i] = best
+			found(q0+i, heaps[i*kk:i*kk+sizes[i]])
 		}
 	}
 	return nil
@@ -313,16 +389,6 @@ func siftDown(h []neighbour, i int) {
 		i = m
 	}
 }
-
-// rowSlice is rows [r0, r0+n) of a matrix.
-type rowSlice struct {
-	m     mat.Matrix
-	r0, n int
-}
-
-func (s rowSlice) Dims() (int, int)    { _, c := s.m.Dims(); return s.n, c }
-func (s rowSlice) At(i, j int) float64 { return s.m.At(s.r0+i, j) }
-func (s rowSlice) T() mat.Matrix       { return mat.Transpose{Matrix: s} }
 
 // SoftKNN classifies the rows of test by the soft KNN over the rows of
 // train with their labels (see KNN) and writes the predictions into dst,
