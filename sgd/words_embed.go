@@ -443,7 +443,21 @@ type WordVectors struct {
 func NewWordVectors(p mat.Matrix) *WordVectors {
 	dim, n := p.Dims()
 	wv := &WordVectors{unit: mat.NewDense(n, dim, nil), used: make([]bool, n)}
-	wv.unit.Copy(p.T())
+	if pd, ok := p.(*mat.Dense); ok {
+		// The transpose row by row of p, skipping the zero entries of
+		// the unused slots: Copy(p.T()) goes through At for each of the
+		// dim·n entries.
+		raw, ur := pd.RawMatrix(), wv.unit.RawMatrix()
+		for r := range dim {
+			for a, x := range raw.Data[r*raw.Stride : r*raw.Stride+n] {
+				if x != 0 {
+					ur.Data[a*ur.Stride+r] = x
+				}
+			}
+		}
+	} else {
+		wv.unit.Copy(p.T())
+	}
 	for a := range n {
 		row := wv.unit.RawRowView(a)
 		s := 0.0
