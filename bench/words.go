@@ -6,7 +6,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -65,8 +67,10 @@ func Words(ctx context.Context, w io.Writer, args []string) error {
 	minCount := fs.Float64("min-count", sgd.DefaultWordMinCount, "words counted fewer times get no embedding")
 	weighting := fs.String("weighting", "ppmi", "pair weights: ppmi (positive PMI, degree-normalised) or counts (the paper's raw co-occurrence counts)")
 	tol := fs.Float64("tol", sgd.DefaultWordTol, "relative residual tolerance of the Lanczos eigensolver")
+	basis := fs.Int("basis", 0, "Lanczos basis size (0: max(2·nev + 20, nev + 40))")
 	queries := fs.String("queries", DefaultNeighbourQueries, "comma-separated words whose neighbours are printed")
 	k := fs.Int("k", 10, "neighbours printed per word")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the library run (ingest, solve, neighbours) to `file`")
 	throughDaemon := fs.Bool("daemon", true, "also stream the sentences through JetStream into a daemon in this process (one message each) and query its neighbours endpoint")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -84,6 +88,7 @@ func Words(ctx context.Context, w io.Writer, args []string) error {
 	}
 	es := sgd.WordEmbedSettings{Dim: *dim, Drop: *drop, MinCount: *minCount, Weighting: wt}
 	es.Lanczos.Tol = *tol
+	es.Lanczos.Basis = *basis
 	if err := es.Validate(); err != nil {
 		return fmt.Errorf("bench words: %w", err)
 	}
@@ -101,6 +106,17 @@ func Words(ctx context.Context, w io.Writer, args []string) error {
 	}
 
 	writeMachine(w)
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	v := online.NewVocabulary(*vocab)
 	st := sgd.NewWordStats(ws)
 	var tokens []string

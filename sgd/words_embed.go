@@ -332,6 +332,81 @@ func (pb *wordPencil) MulL(dst *mat.Dense, x mat.Matrix) {
 	}
 }
 
+var _ spectral.Restrictor = (*wordPencil)(nil)
+
+// Restrict returns Q = V^(−1/2) L V^(−1/2) on the used words, in
+// compressed sparse rows with the scaling folded in,
+//
+//	Q_ii = scal·deg_a·s_i²,  Q_ij = −scal·W_ab·s_i·s_j  (a = used[i], b = used[j]),
+//
+// without the zero weights (PPMI clips the pairs that meet less often
+// than chance to zero, most of the stored pairs of the frequent words).
+// It is MulL between the scattering and the gathering of SolveSMT's
+// matrix-free operator, up to the order of the floating-point products,
+// on vectors of the used words only: on the Brown corpus 8,471 of 50,000
+// slots, so the Lanczos vectors stay in cache.
+func (pb *wordPencil) Restrict(used []int, scale []float64) spectral.Operator {
+	idx := make([]int32, len(pb.v))
+	for a := range idx {
+		idx[a] = -1
+	}
+	for i, a := range used {
+		idx[a] = int32(i)
+	}
+	op := &wordOperator{diag: make([]float64, len(used)), ptr: make([]int, len(used)+1)}
+	for i, a := range used {
+		for k := pb.ptr[a]; k < pb.ptr[a+1]; k++ {
+			if pb.val[k] != 0 && idx[pb.col[k]] >= 0 {
+				op.ptr[i+1]++
+			}
+		}
+		op.ptr[i+1] += op.ptr[i]
+	}
+	op.col = make([]int32, op.ptr[len(used)])
+	op.val = make([]float64, op.ptr[len(used)])
+	for i, a := range used {
+		si := scale[i]
+		op.diag[i] = pb.scal * pb.deg[a] * si * si
+		next := op.ptr[i]
+		for k := pb.ptr[a]; k < pb.ptr[a+1]; k++ {
+			j := idx[pb.col[k]]
+			if pb.val[k] == 0 || j < 0 {
+				continue
+			}
+			op.col[next], op.val[next] = j, -pb.scal*pb.val[k]*si*scale[j]
+			next++
+		}
+	}
+	return op
+}
+
+// wordOperator is Q of a wordPencil on the used words (Restrict): a
+// diagonal and the off-diagonal entries in compressed sparse rows, row i
+// col[ptr[i]:ptr[i+1]], val[...], columns ascending.
+type wordOperator struct {
+	diag []float64
+	ptr  []int
+	col  []int32
+	val  []float64
+}
+
+func (op *wordOperator) Size() int { return len(op.diag) }
+
+// Apply sets dst = Q x.
+func (op *wordOperator) Apply(dst, x []float64) {
+	x = x[:len(op.diag)]
+	dst = dst[:len(op.diag)]
+	for i, d := range op.diag {
+		lo, hi := op.ptr[i], op.ptr[i+1]
+		col, val := op.col[lo:hi], op.val[lo:hi]
+		s := d * x[i]
+		for k, j := range col {
+			s += val[k] * x[j]
+		}
+		dst[i] = s
+	}
+}
+
 // pencilShapes checks x (n×c) and dst (the same, or empty: then sized)
 // and returns their raw matrices.
 func pencilShapes(n int, dst *mat.Dense, x mat.Matrix) (xr, dr blas64.General) {
@@ -368,7 +443,21 @@ type WordVectors struct {
 func NewWordVectors(p mat.Matrix) *WordVectors {
 	dim, n := p.Dims()
 	wv := &WordVectors{unit: mat.NewDense(n, dim, nil), used: make([]bool, n)}
-	wv.unit.Copy(p.T())
+	if pd, ok := p.(*mat.Dense); ok {
+		// The transpose row by row of p, skipping the zero entries of
+		// the unused slots: Copy(p.T()) goes through At for each of the
+		// dim·n entries.
+		raw, ur := pd.RawMatrix(), wv.unit.RawMatrix()
+		for r := range dim {
+			for a, x := range raw.Data[r*raw.Stride : r*raw.Stride+n] {
+				if x != 0 {
+					ur.Data[a*ur.Stride+r] = x
+				}
+			}
+		}
+	} else {
+		wv.unit.Copy(p.T())
+	}
 	for a := range n {
 		row := wv.unit.RawRowView(a)
 		s := 0.0

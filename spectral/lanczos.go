@@ -164,6 +164,7 @@ func Smallest(op Operator, nev int, s LanczosSettings, src rand.Source) (Lanczos
 	var res LanczosResult
 	var eig mat.EigenSym
 	var sv mat.Dense
+	var kept []float64 // restart workspace, kk×n
 	anorm := 0.0
 	k := 0 // basis vectors kept from the last restart
 	for {
@@ -233,14 +234,15 @@ func Smallest(op Operator, nev int, s LanczosSettings, src rand.Source) (Lanczos
 		}
 
 		// Thick restart: keep the kk smallest Ritz vectors and q_m.
+		// The Ritz vectors Sᵀ_{:,<kk} Q_{<used} are formed as rows in
+		// a workspace and copied over the basis.
 		kk := min(nev+(m-nev)/2, m-1)
-		kept := ritz(q, n, used, &sv, kk) // n×kk
-		for i := 0; i < kk; i++ {
-			dst := q[i*n : (i+1)*n]
-			for l := 0; l < n; l++ {
-				dst[l] = kept.At(l, i)
-			}
+		if kept == nil {
+			kept = make([]float64, kk*n)
 		}
+		y := mat.NewDense(kk, n, kept[:kk*n])
+		y.Mul(sv.Slice(0, used, 0, kk).T(), mat.NewDense(used, n, q[:used*n]))
+		copy(q[:kk*n], kept[:kk*n])
 		copy(q[kk*n:(kk+1)*n], q[m*n:(m+1)*n])
 		for i := 0; i < m; i++ {
 			for j := i; j < m; j++ {

@@ -25,6 +25,23 @@ type Pencil interface {
 	MulL(dst *mat.Dense, x mat.Matrix)
 }
 
+// Restrictor is a Pencil with a diagonal V that applies
+//
+//	Q = V^(−1/2) L V^(−1/2)
+//
+// on the atoms in use itself, so that the Lanczos solve of SolveSMT does
+// not go through MulL on all n atoms (scattering each Lanczos vector into
+// R^n and gathering the product back). A compact operator can also leave
+// out the zero entries of L and fold the scaling into its entries.
+type Restrictor interface {
+	Pencil
+	// Restrict returns the operator x ↦ diag(scale)·L_UU·diag(scale)·x
+	// on R^len(used), L_UU the rows and columns of L of the atoms used
+	// (ascending, V_aa > 0), scale[i] = 1/√V_aa of used[i]. The operator
+	// may keep both slices.
+	Restrict(used []int, scale []float64) Operator
+}
+
 // Method selects how SolveSMT finds the eigenvectors.
 type Method int
 
@@ -128,8 +145,9 @@ var (
 // embed to zero, like blank ones with sgd.BlankSkip.
 //
 // For a diagonal V (1-hot codes) Q is applied matrix-free, one product
-// with L per Lanczos step, so K = 16384 needs no dense n×n matrix
-// besides L's own storage. For a non-diagonal V it uses Dense.
+// with L per Lanczos step (or the pencil's own operator, if it is a
+// Restrictor), so K = 16384 needs no dense n×n matrix besides L's own
+// storage. For a non-diagonal V it uses Dense.
 //
 // Each row of P is signed so that its entry of largest magnitude is
 // positive, which makes the result reproducible. src seeds the Lanczos
@@ -171,8 +189,12 @@ func SolveSMT(dst *mat.Dense, pb Pencil, s Settings, src rand.Source) (Result, e
 	var vih *mat.Dense // V^(−1/2) on the used atoms, nil when diagonal
 	switch {
 	case method == Lanczos:
-		op := &diagOp{pb: pb, used: used, n: n}
-		op.init(v)
+		d := &diagOp{pb: pb, used: used, n: n}
+		d.init(v)
+		var op Operator = d
+		if r, ok := pb.(Restrictor); ok {
+			op = r.Restrict(used, d.isq)
+		}
 		var lr LanczosResult
 		lr, err = Smallest(op, want, s.Lanczos, src)
 		res.Applies, res.Restarts = lr.Applies, lr.Restarts

@@ -1,0 +1,123 @@
+package sgd
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"gonum.org/v1/gonum/floats/scalar"
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/smtd/smtd/spectral"
+)
+
+// randomWordStats returns statistics of random sentences over words
+// slots, some of them never used (id −1 is a word out of the vocabulary).
+func randomWordStats(seed uint64, words int) *WordStats {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	st := NewWordStats(WordSettings{Words: words, Window: 2})
+	for range 40 {
+		var ids, lengths []int
+		for range 10 {
+			l := rng.IntN(9)
+			lengths = append(lengths, l)
+			for range l {
+				ids = append(ids, rng.IntN(words*3/4+1)-1)
+			}
+		}
+		st.Add(ids, lengths)
+	}
+	return st
+}
+
+// pencilOnly hides the Restrictor of a pencil, so that SolveSMT takes
+// its matrix-free path through MulL.
+type pencilOnly struct{ spectral.Pencil }
+
+// TestWordPencilRestrict checks Q from Restrict against the scattered
+// product with L, V^(−1/2) L V^(−1/2) x on the used words, and the
+// solutions of SolveSMT through either.
+func TestWordPencilRestrict(t *testing.T) {
+	const words = 60
+	for _, wt := range []PairWeighting{WeightPPMI, WeightCounts} {
+		st := randomWordStats(3, words)
+		pb := newWordPencil(st, 4, wt)
+		v := pb.DiagV(nil)
+		var used []int
+		var scale []float64
+		for a, x := range v {
+			if x > 0 {
+				used = append(used, a)
+				scale = append(scale, 1/math.Sqrt(x))
+			}
+		}
+		if len(used) < 12 || len(used) == words {
+			t.Fatalf("%v: %d of %d words used, want a few left out", wt, len(used), words)
+		}
+		op := pb.Restrict(used, scale)
+		if op.Size() != len(used) {
+			t.Fatalf("%v: Size = %d, want %d", wt, op.Size(), len(used))
+		}
+		rng := rand.New(rand.NewPCG(5, 6))
+		x := make([]float64, len(used))
+		for i := range x {
+			x[i] = rng.NormFloat64()
+		}
+		got := make([]float64, len(used))
+		op.Apply(got, x)
+		xf := mat.NewDense(words, 1, nil)
+		for i, a := range used {
+			xf.Set(a, 0, x[i]*scale[i])
+		}
+		var yf mat.Dense
+		pb.MulL(&yf, xf)
+		for i, a := range used {
+			if want := yf.At(a, 0) * scale[i]; !scalar.EqualWithinAbsOrRel(got[i], want, 1e-12, 1e-12) {
+				t.Errorf("%v: (Q x)_%d = %v, want %v", wt, i, got[i], want)
+			}
+		}
+
+		s := spectral.Settings{Dim: 4, Drop: 1, Method: spectral.Lanczos}
+		var p, pm mat.Dense
+		res, err := spectral.SolveSMT(&p, pb, s, nil)
+		if err != nil {
+			t.Fatalf("%v: through Restrict: %v", wt, err)
+		}
+		resm, err := spectral.SolveSMT(&pm, pencilOnly{pb}, s, nil)
+		if err != nil {
+			t.Fatalf("%v: through MulL: %v", wt, err)
+		}
+		for i, x := range resm.Values {
+			if !scalar.EqualWithinAbsOrRel(res.Values[i], x, 1e-9, 1e-9) {
+				t.Errorf("%v: eigenvalue %d = %v through Restrict, %v through MulL", wt, i, res.Values[i], x)
+			}
+		}
+		if !mat.EqualApprox(&p, &pm, 1e-6) {
+			t.Errorf("%v: P differs through Restrict and through MulL", wt)
+		}
+	}
+}
+
+// TestNewWordVectorsDense checks that the transpose of a *mat.Dense P
+// gives the vectors of any other mat.Matrix holding it.
+func TestNewWordVectorsDense(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	p := mat.NewDense(3, 7, nil)
+	for r := range 3 {
+		for a := range 7 {
+			if a != 2 && a != 5 {
+				p.Set(r, a, rng.NormFloat64())
+			}
+		}
+	}
+	got := NewWordVectors(p)
+	want := NewWordVectors(mat.Transpose{Matrix: mat.Transpose{Matrix: p}})
+	if !mat.Equal(got.unit, want.unit) {
+		t.Errorf("unit vectors\n%v\nwant\n%v", mat.Formatted(got.unit), mat.Formatted(want.unit))
+	}
+	for a := range 7 {
+		if got.Used(a) != want.Used(a) || got.Used(a) == (a == 2 || a == 5) {
+			t.Errorf("Used(%d) = %v, want %v", a, got.Used(a), a != 2 && a != 5)
+		}
+	}
+}
