@@ -29,6 +29,7 @@ func hugeImage(scale float64) (nats.Header, []byte) {
 // so the dictionary keeps learning and different digits keep different
 // embeddings, and no rollback is needed.
 func TestHugeValuesDoNotStopLearning(t *testing.T) {
+	t.Parallel()
 	for _, admitted := range []bool{false, true} {
 		p := digitsPipeline("digits", "poison.images", 16)
 		p.Whiten.RefreshEvery = 1 // refresh right after the image

@@ -14,6 +14,7 @@ import (
 // of every range at once, each learner keeps learning from real data,
 // without refusing a step, and stays finite and non-degenerate.
 func TestLiveRangesAreStable(t *testing.T) {
+	t.Parallel()
 	image := func(high bool) config.Pipeline {
 		p := digitsPipeline("digits", "ranges.images", 32)
 		k, s, w := &p.KMeans, &p.SMT, &p.Whiten

@@ -16,6 +16,7 @@ import (
 // once space is freed, the daemon enables it again without a restart, and
 // what is published then is learned. Needs root, to mount a small tmpfs.
 func TestRecoversFromFullDisk(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", dir).CombinedOutput(); err != nil {
 		t.Skipf("cannot mount a tmpfs (%v: %s)", err, bytes.TrimSpace(out))

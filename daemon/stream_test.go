@@ -82,6 +82,7 @@ func jetStream(t testing.TB, nc *nats.Conn) jetstream.JetStream {
 // stream is read from its first message (nothing is skipped), with an
 // event; with refuse the daemon does not start.
 func TestStreamResetUnderCheckpoint(t *testing.T) {
+	t.Parallel()
 	ns := startNATS(t)
 	nc := connect(t, ns.ClientURL())
 	js := jetStream(t, nc)
@@ -124,6 +125,7 @@ func TestStreamResetUnderCheckpoint(t *testing.T) {
 // trusted: its model is kept under on_reset restart, but the stream is read
 // from its first message, so no message is skipped.
 func TestForeignCheckpointSkipsNothing(t *testing.T) {
+	t.Parallel()
 	ns := startNATS(t)
 	nc := connect(t, ns.ClientURL())
 	cfg := externalConfig(t, ns.ClientURL(), digitsPipeline("digits", "foreign.images", 16))
@@ -152,6 +154,7 @@ func TestForeignCheckpointSkipsNothing(t *testing.T) {
 // Messages removed from the stream before they were learned (a purge while
 // the daemon was down) are reported, with how many were lost.
 func TestPurgeBelowCheckpointIsReported(t *testing.T) {
+	t.Parallel()
 	ns := startNATS(t)
 	nc := connect(t, ns.ClientURL())
 	js := jetStream(t, nc)
@@ -182,6 +185,7 @@ func TestPurgeBelowCheckpointIsReported(t *testing.T) {
 // once, recreated under on_reset restart, and what is published to it
 // afterwards is learned.
 func TestStreamDeletedWhileRunning(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t, digitsPipeline("digits", "live.images", 16))
 	d := startDaemon(t, cfg)
 	nc := connect(t, d.ClientURL())
@@ -203,6 +207,7 @@ func TestStreamDeletedWhileRunning(t *testing.T) {
 // With input.on_reset refuse, a deleted input stream leaves the pipeline's
 // health input_missing, reported once however long it lasts.
 func TestDeletedStreamReportedInStatus(t *testing.T) {
+	t.Parallel()
 	p := digitsPipeline("digits", "gone.images", 16)
 	p.Input.OnReset = config.ResetRefuse
 	d := startDaemon(t, testConfig(t, p))
@@ -226,6 +231,7 @@ func TestDeletedStreamReportedInStatus(t *testing.T) {
 // A corrupt newest checkpoint does not block the start: the newest good one
 // is restored, and an event names the one skipped and why.
 func TestCorruptNewestCheckpointFallsBack(t *testing.T) {
+	t.Parallel()
 	ns := startNATS(t)
 	nc := connect(t, ns.ClientURL())
 	cfg := externalConfig(t, ns.ClientURL(), digitsPipeline("digits", "fallback.images", 16))
@@ -267,6 +273,7 @@ func TestCorruptNewestCheckpointFallsBack(t *testing.T) {
 // A newest checkpoint in the object store that is corrupt is skipped for an
 // older good one on disk.
 func TestCorruptStoredCheckpointFallsBack(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t, digitsPipeline("digits", "store.images", 16))
 	d := startDaemon(t, cfg)
 	nc := connect(t, d.ClientURL())
@@ -290,6 +297,7 @@ func TestCorruptStoredCheckpointFallsBack(t *testing.T) {
 // Counters continue from the checkpoint after a restart, and redeliveries
 // are not counted as received.
 func TestCountersSurviveRestart(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t, digitsPipeline("digits", "count.images", 16))
 	d := startDaemon(t, cfg)
 	nc := connect(t, d.ClientURL())
@@ -315,6 +323,7 @@ func TestCountersSurviveRestart(t *testing.T) {
 // from an older checkpoint (as after a crash) are dropped by the server:
 // each input has exactly one output in the output stream.
 func TestJetStreamOutputsAreEffectivelyOnce(t *testing.T) {
+	t.Parallel()
 	p := digitsPipeline("digits", "once.images", 16)
 	p.Output.Transport = config.JetStream
 	cfg := testConfig(t, p)
@@ -349,6 +358,7 @@ func TestJetStreamOutputsAreEffectivelyOnce(t *testing.T) {
 
 // A checkpoint whose model is not finite is never restored.
 func TestDegenerateCheckpointRefused(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t, digitsPipeline("digits", "nan.images", 16))
 	pl := newPipeline(&Daemon{cfg: cfg, fixed: cfg, log: NewLogger(testWriter{t}, "console").Logger}, cfg.Pipelines[0])
 	m := pl.model.(*imageModel)
@@ -400,6 +410,7 @@ func writeCheckpoint(t testing.TB, cfg *config.Config, c *Checkpoint) {
 // cannot be of this stream's past (it was copied or planted): it is
 // skipped with an event, and the daemon's own checkpoint is restored.
 func TestPlantedCheckpointRefused(t *testing.T) {
+	t.Parallel()
 	ns := startNATS(t)
 	nc := connect(t, ns.ClientURL())
 	cfg := externalConfig(t, ns.ClientURL(), digitsPipeline("digits", "planted.images", 16))
@@ -429,6 +440,7 @@ func TestPlantedCheckpointRefused(t *testing.T) {
 
 // Checkpoint names sort and parse as decimal versions (zero-padded).
 func TestCheckpointVersion(t *testing.T) {
+	t.Parallel()
 	for _, v := range []uint64{0, 7, 8, 65, 79, 1 << 40} {
 		if got := checkpointVersion("/x/digits-2/" + checkpointName("digits-2", v)); got != v {
 			t.Errorf("version of %s: %d", checkpointName("digits-2", v), got)
@@ -440,6 +452,7 @@ func TestCheckpointVersion(t *testing.T) {
 // pulling from its consumer, as a delivery lost in a server restart would
 // be) is read again, not acknowledged unread with the messages after it.
 func TestLostDeliveryIsReadAgain(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t, digitsPipeline("digits", "gap.images", 16))
 	d := startDaemon(t, cfg)
 	nc := connect(t, d.ClientURL())
