@@ -25,7 +25,7 @@ import (
 // Throughput measures, in one run on the default image pipeline (28x28,
 // 6x6 patches, K = 256, SMT dimension 32) and recorded MNIST:
 //
-//   - learning throughput of the library (daemon.OfflineLearner: the
+//   - learning throughput (medians of -rounds alternating runs) of the library (daemon.OfflineLearner: the
 //     decoding and learning code of a pipeline, in process, no NATS)
 //     against the daemon's (the same images published through JetStream
 //     into a daemon in this process, until all are learned), and
@@ -49,11 +49,12 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 	timeout := fs.Duration("timeout", 5*time.Second, "a query not answered within this is a timeout")
 	workers := fs.Int("workers", 0, "service.query_workers (0: GOMAXPROCS)")
 	queue := fs.Int("queue", config.Default().Service.QueryQueue, "service.query_queue")
+	rounds := fs.Int("rounds", 3, "alternating library and daemon learning runs; their medians are reported")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *rate <= 0 || *floodRate <= 0 || *seconds <= 0 || *nImages < 1 {
-		return errors.New("bench throughput: -rate, -flood-rate, -seconds and -images must be positive")
+	if *rate <= 0 || *floodRate <= 0 || *seconds <= 0 || *nImages < 1 || *rounds < 1 {
+		return errors.New("bench throughput: -rate, -flood-rate, -seconds, -images and -rounds must be positive")
 	}
 	train, err := dataset.ReadMNIST(*dir, "train")
 	if err != nil {
@@ -68,38 +69,53 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 	p.Input.Subject = "bench.images"
 	p.Output.Subject = "bench.images.embeddings"
 
-	// The library: the pipeline's model alone, fed the same minibatches.
+	// The library (the pipeline's model alone, fed the same minibatches)
+	// and the daemon, alternately, each from an empty model: on a shared
+	// machine the load of other processes changes between runs, and the
+	// medians of alternating rounds see the same load.
 	msgs := make([]*nats.Msg, n)
 	for i := range msgs {
 		msgs[i] = imageMsg(p.Input.Subject, train, i)
 	}
-	lib := daemon.NewOfflineLearner(p)
-	t0 := time.Now()
-	for i := 0; i < n; i += p.Batch.Size {
-		if _, err := lib.Learn(msgs[i:min(i+p.Batch.Size, n)]); err != nil {
-			return fmt.Errorf("bench throughput: library: %w", err)
+	var libRates, daemonRates []float64
+	var in *inProcess
+	defer func() {
+		if in != nil {
+			in.Close()
 		}
-		if err := ctx.Err(); err != nil {
+	}()
+	sent := 0
+	for round := range *rounds {
+		lib := daemon.NewOfflineLearner(p)
+		t0 := time.Now()
+		for i := 0; i < n; i += p.Batch.Size {
+			if _, err := lib.Learn(msgs[i:min(i+p.Batch.Size, n)]); err != nil {
+				return fmt.Errorf("bench throughput: library: %w", err)
+			}
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			showProgress("round %d: library %d/%d images", round+1, i, n)
+		}
+		libRates = append(libRates, float64(n)/time.Since(t0).Seconds())
+
+		if in != nil {
+			in.Close()
+		}
+		// The daemon, with the query pool under test.
+		if in, err = startDaemonWith(ctx, p, os.Stderr, func(c *config.Config) {
+			c.Service.QueryWorkers, c.Service.QueryQueue = *workers, *queue
+		}); err != nil {
 			return err
 		}
-		showProgress("library: %d/%d images", i, n)
+		t0 = time.Now()
+		sent = 0
+		if err := in.publish(ctx, msgs, &sent, n, nil); err != nil {
+			return err
+		}
+		daemonRates = append(daemonRates, float64(n)/time.Since(t0).Seconds())
 	}
-	libRate := float64(n) / time.Since(t0).Seconds()
-
-	// The daemon, with the query pool under test.
-	in, err := startDaemonWith(ctx, p, os.Stderr, func(c *config.Config) {
-		c.Service.QueryWorkers, c.Service.QueryQueue = *workers, *queue
-	})
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	t0 = time.Now()
-	sent := 0
-	if err := in.publish(ctx, msgs, &sent, n, nil); err != nil {
-		return err
-	}
-	daemonRate := float64(n) / time.Since(t0).Seconds()
+	libRate, daemonRate := median(libRates), median(daemonRates)
 
 	// Queries while the daemon learns: the publisher keeps it learning
 	// (the same images again) until the query phase ends.
@@ -136,6 +152,7 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 	line("throughput_smt_dim", p.SMT.Dim)
 	line("throughput_query_workers", *workers)
 	line("throughput_query_queue", *queue)
+	line("throughput_rounds", *rounds)
 	line("throughput_library_images_per_s", fmt.Sprintf("%.0f", libRate))
 	line("throughput_daemon_images_per_s", fmt.Sprintf("%.0f", daemonRate))
 	line("throughput_daemon_overhead", fmt.Sprintf("%.3f", 1-daemonRate/libRate))
@@ -301,6 +318,16 @@ func sendQueries(ctx context.Context, nc *nats.Conn, subject string, test *datas
 		}
 	}
 	return l, nil
+}
+
+// median returns the median of xs, which is not empty.
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // percentile returns the q-quantile of xs (nearest rank); 0 for none.
