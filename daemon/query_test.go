@@ -163,7 +163,6 @@ func TestQueriesFloodWhileLearning(t *testing.T) {
 	}()
 
 	n := replayFile(t, nc, "mnist-train-1000.smtdrec", p.Input.Subject)
-	n += replayFile(t, nc, "mnist-train-1000.smtdrec", p.Input.Subject)
 	queries := readStream(t, "mnist-test-200.smtdrec")
 	sub, err := nc.SubscribeSync("_INBOX.flood.>")
 	if err != nil {
