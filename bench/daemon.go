@@ -26,6 +26,12 @@ type inProcess struct {
 // directory; periodic checkpoints are off (they would be measured too).
 // Logs at warn level and above go to logs. Close stops it all.
 func startDaemon(ctx context.Context, p config.Pipeline, logs io.Writer) (*inProcess, error) {
+	return startDaemonWith(ctx, p, logs, nil)
+}
+
+// startDaemonWith is startDaemon with a last change to the config, when
+// change is not nil.
+func startDaemonWith(ctx context.Context, p config.Pipeline, logs io.Writer, change func(*config.Config)) (*inProcess, error) {
 	cfg := config.Default()
 	dir, err := os.MkdirTemp("", "smtd-bench-")
 	if err != nil {
@@ -38,6 +44,9 @@ func startDaemon(ctx context.Context, p config.Pipeline, logs io.Writer) (*inPro
 	cfg.Checkpoint.Every = 24 * time.Hour
 	cfg.Checkpoint.ObjectStore = false
 	cfg.Pipelines = []config.Pipeline{p}
+	if change != nil {
+		change(cfg)
+	}
 	in := &inProcess{dir: dir}
 	if in.d, err = daemon.New(cfg, daemon.Options{Logger: daemon.NewLogger(logs, "console")}); err == nil {
 		if err = in.d.Start(ctx); err == nil {

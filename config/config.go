@@ -163,6 +163,16 @@ type Service struct {
 	// nearest-word queries on <prefix>.neighbours.<pipeline>.
 	// Default "smtd".
 	Prefix string `yaml:"prefix"`
+	// QueryWorkers is how many goroutines encode embed and neighbours
+	// queries at once, each from its own copy of the pipeline's snapshot;
+	// 0 means GOMAXPROCS. Fewer workers leave more of the cores to
+	// learning; more answer more queries per second. Default 0.
+	QueryWorkers int `yaml:"query_workers"`
+	// QueryQueue is how many queries may wait for a worker. A query that
+	// finds the queue full is answered at once with error code 503 and a
+	// description starting "busy:", instead of waiting until the client
+	// times out. Default 256.
+	QueryQueue int `yaml:"query_queue"`
 }
 
 // Checkpoint configures periodic checkpoints. Checkpoints are also written

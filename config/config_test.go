@@ -38,6 +38,10 @@ func TestLoadFiles(t *testing.T) {
 			":6: pipelines[0].smt.gamma1: must be in [0, 1], got 1e+30",
 			":11: pipelines[1].ksm.eta_w: must be in (0, 0.3], got 1e+300",
 		}},
+		{file: "query-pool.bad.yaml", wantErr: []string{
+			"query-pool.bad.yaml:2: service.query_workers: must be in 0..1024 (0: GOMAXPROCS), got -1",
+			"query-pool.bad.yaml:3: service.query_queue: must be in 1..1048576, got 0",
+		}},
 		{file: "open-listen.good.yaml"},
 		{file: "nkey-users.good.yaml"},
 		{file: "open-listen.bad.yaml", wantErr: []string{`open-listen.bad.yaml:3: nats.listen: "0.0.0.0:4222" is beyond the loopback interface and nats.users is empty: anyone who reaches it could reload, checkpoint, delete streams and plant checkpoints; add nats.users, or set nats.allow_unauthenticated: true`}},

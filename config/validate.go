@@ -9,6 +9,13 @@ import (
 	"time"
 )
 
+// Bounds of the query pool: a worker holds a copy of each pipeline's
+// model, and a waiting query holds its request.
+const (
+	maxQueryWorkers = 1024
+	maxQueryQueue   = 1 << 20
+)
+
 var pipelineName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
 
 // Validate checks a configuration built in code (not read from a file).
@@ -70,6 +77,8 @@ func (c *Config) validate(file string, present map[string]int) Errors {
 	v.check(c.NATS.StreamMaxAge > 0, "nats.stream_max_age", "must be > 0, got %s", c.NATS.StreamMaxAge)
 	v.check(validSubject(c.Service.Name, false) && !strings.Contains(c.Service.Name, "."), "service.name", "must be one subject token, got %q", c.Service.Name)
 	v.check(validSubject(c.Service.Prefix, false), "service.prefix", "must be a subject without wildcards, got %q", c.Service.Prefix)
+	v.check(c.Service.QueryWorkers >= 0 && c.Service.QueryWorkers <= maxQueryWorkers, "service.query_workers", "must be in 0..%d (0: GOMAXPROCS), got %d", maxQueryWorkers, c.Service.QueryWorkers)
+	v.check(c.Service.QueryQueue >= 1 && c.Service.QueryQueue <= maxQueryQueue, "service.query_queue", "must be in 1..%d, got %d", maxQueryQueue, c.Service.QueryQueue)
 	v.check(c.Checkpoint.EverySamples > 0, "checkpoint.every_samples", "must be > 0, got %d", c.Checkpoint.EverySamples)
 	v.check(c.Checkpoint.Every > 0, "checkpoint.every", "must be > 0, got %s", c.Checkpoint.Every)
 	v.check(c.Checkpoint.Keep >= 1, "checkpoint.keep", "must be >= 1, got %d", c.Checkpoint.Keep)

@@ -51,6 +51,9 @@ type Daemon struct {
 	js     jetstream.JetStream
 	store  *checkpointStore // nil when disabled or unavailable
 	svc    micro.Service
+	// queries serves the embed and neighbours endpoints; nil until the
+	// service is added.
+	queries *queryPool
 
 	// storage says why JetStream is disabled on the embedded server; nil
 	// while it runs.
@@ -220,6 +223,9 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		}
 		if d.svc != nil {
 			d.svc.Stop()
+		}
+		if d.queries != nil {
+			d.queries.stop() // answers the queries queued before the drain
 		}
 		if d.nc != nil {
 			if err := d.nc.Drain(); err != nil {

@@ -140,6 +140,10 @@ func TestEmbedDoesNotTrain(t *testing.T) {
 	nc := connect(t, d.ClientURL())
 	n := replayFile(t, nc, "mnist-train-1000.smtdrec", "mnist.images")
 	waitFor(t, 60*time.Second, "stream learned", func() bool { return pipelineStatus(d, "digits").Learned == int64(n) })
+	// The last batch is counted just before its snapshot is published; a
+	// checkpoint request is served by the pipeline after that batch, so
+	// once it is answered the status names the final snapshot.
+	request(t, nc, "smtd.control.checkpoint", nil, nil)
 	before := pipelineStatus(d, "digits")
 
 	msgs := readStream(t, "mnist-test-200.smtdrec")

@@ -30,8 +30,9 @@ func (d *Daemon) addService() (micro.Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("smtd: micro service: %w", err)
 	}
+	d.queries = newQueryPool(d.nc, d.pipelines, d.cfg.Service.QueryWorkers, d.cfg.Service.QueryQueue)
 	for _, pl := range d.pipelines {
-		if err := svc.AddEndpoint("embed-"+pl.cfg.Name, micro.HandlerFunc(pl.handleEmbed),
+		if err := svc.AddEndpoint("embed-"+pl.cfg.Name, d.queries.handler(pl, embedQuery),
 			micro.WithEndpointSubject(d.cfg.EmbedSubject(pl.cfg.Name)),
 			micro.WithEndpointMetadata(map[string]string{"pipeline": pl.cfg.Name, "modality": string(pl.cfg.Modality)}),
 		); err != nil {
@@ -41,7 +42,7 @@ func (d *Daemon) addService() (micro.Service, error) {
 		if pl.cfg.Modality != config.Text || pl.cfg.SMT.Dim == 0 {
 			continue
 		}
-		if err := svc.AddEndpoint("neighbours-"+pl.cfg.Name, micro.HandlerFunc(pl.handleNeighbours),
+		if err := svc.AddEndpoint("neighbours-"+pl.cfg.Name, d.queries.handler(pl, neighboursQuery),
 			micro.WithEndpointSubject(d.cfg.NeighboursSubject(pl.cfg.Name)),
 			micro.WithEndpointMetadata(map[string]string{"pipeline": pl.cfg.Name}),
 		); err != nil {
@@ -65,30 +66,28 @@ func (d *Daemon) addService() (micro.Service, error) {
 	return svc, nil
 }
 
-// handleEmbed answers an embedding query from the pipeline's current
-// snapshot. The request is an input message (same headers and payload as
-// on the input subject); the reply is an output message. Queries never
-// train: the snapshot is an immutable copy of the model.
-func (pl *pipeline) handleEmbed(req micro.Request) {
-	snap := pl.snap.Load()
+// embed answers an embedding query from the pipeline's current snapshot,
+// encoded with the worker's own copy of it (see queryPool). The request
+// is an input message (same headers and payload as on the input
+// subject); the reply is an output message. Queries never train: the
+// snapshot is an immutable copy of the model.
+func (pl *pipeline) embed(encoders map[*pipeline]*encoder, h nats.Header, data []byte) queryReply {
+	snap, enc := pl.snapshotEncoder(encoders)
 	if snap == nil {
-		req.Error("503", "model not ready", nil)
-		return
+		return errorReply("503", "model not ready")
 	}
-	s, err := decode(&snap.cfg, nats.Header(req.Headers()), req.Data())
+	s, err := decode(&snap.cfg, h, data)
 	if err != nil {
 		var ie *InputError
 		if errors.As(err, &ie) {
-			req.Error("400", ie.Reason+": "+ie.Detail, nil)
-			return
+			return errorReply("400", ie.Reason+": "+ie.Detail)
 		}
-		req.Error("400", err.Error(), nil)
-		return
+		return errorReply("400", err.Error())
 	}
-	o := snap.model.encode([]sample{s})[0]
+	o := enc.encode([]sample{s})[0]
 	o.version = snap.version
 	m := encodeOutput(&snap.cfg, "", &o)
-	req.Respond(m.Data, micro.WithHeaders(micro.Headers(m.Header)))
+	return queryReply{data: m.Data, header: m.Header}
 }
 
 // NeighboursRequest is a nearest-word query; a plain-text request is the
@@ -114,15 +113,14 @@ type Neighbour struct {
 	Cosine float64 `json:"cosine"`
 }
 
-// handleNeighbours answers a nearest-word query from the pipeline's
-// current snapshot (its last solve of the word embeddings).
-func (pl *pipeline) handleNeighbours(req micro.Request) {
+// neighbours answers a nearest-word query from the pipeline's current
+// snapshot (its last solve of the word embeddings, which nothing writes).
+func (pl *pipeline) neighbours(data []byte) queryReply {
 	var q NeighboursRequest
-	data := bytes.TrimSpace(req.Data())
+	data = bytes.TrimSpace(data)
 	if len(data) > 0 && data[0] == '{' {
 		if err := json.Unmarshal(data, &q); err != nil {
-			req.Error("400", "bad request: "+echo(err.Error()), nil)
-			return
+			return errorReply("400", "bad request: "+echo(err.Error()))
 		}
 	} else {
 		q.Word = string(data)
@@ -132,30 +130,30 @@ func (pl *pipeline) handleNeighbours(req micro.Request) {
 	}
 	tokens := dataset.Tokenize(q.Word)
 	if len(tokens) != 1 || q.K < 1 || q.K > 1000 {
-		req.Error("400", fmt.Sprintf("want one word and k in 1..1000, got %s (%d tokens) and k %d", echo(q.Word), len(tokens), q.K), nil)
-		return
+		return errorReply("400", fmt.Sprintf("want one word and k in 1..1000, got %s (%d tokens) and k %d", echo(q.Word), len(tokens), q.K))
 	}
 	snap := pl.snap.Load()
 	if snap == nil {
-		req.Error("503", "model not ready", nil)
-		return
+		return errorReply("503", "model not ready")
 	}
 	t, _ := snap.model.(*textModel)
 	if t == nil || t.solved == nil {
-		req.Error("503", "no word embeddings yet", nil)
-		return
+		return errorReply("503", "no word embeddings yet")
 	}
 	sv := t.solved
 	id, ok := sv.vocab.Lookup(tokens[0])
 	if !ok || !sv.vectors.Used(id) {
-		req.Error("404", fmt.Sprintf("%s has no embedding (unseen, or seen fewer than text.min_count times)", echo(tokens[0])), nil)
-		return
+		return errorReply("404", fmt.Sprintf("%s has no embedding (unseen, or seen fewer than text.min_count times)", echo(tokens[0])))
 	}
 	rep := NeighboursReply{Pipeline: snap.cfg.Name, ModelVersion: snap.version, Word: tokens[0], Neighbours: []Neighbour{}}
 	for _, n := range sv.vectors.Neighbours(nil, []int{id}, q.K)[0] {
 		rep.Neighbours = append(rep.Neighbours, Neighbour{Word: sv.vocab.Word(n.ID), Cosine: n.Cosine})
 	}
-	req.RespondJSON(rep)
+	body, err := json.Marshal(rep)
+	if err != nil {
+		return errorReply("500", err.Error())
+	}
+	return queryReply{data: body}
 }
 
 // ReloadResult says what a reload did.
@@ -308,7 +306,9 @@ type PipelineStatus struct {
 	Lost        int64            `json:"lost"`
 	Checkpoints int64            `json:"checkpoints"`
 	Rollbacks   int64            `json:"rollbacks"`
-	Model       map[string]any   `json:"model"`
+	// Queries counts the embed and neighbours queries and their latency.
+	Queries QueryStatus    `json:"queries"`
+	Model   map[string]any `json:"model"`
 }
 
 // Status is the reply of the status endpoint.
@@ -340,6 +340,9 @@ func (d *Daemon) Status() Status {
 			Checkpoints: c.Checkpoints, Rollbacks: c.Rollbacks,
 		}
 		ps.ModelVersion = snap.version
+		if d.queries != nil {
+			ps.Queries = d.queries.stats[pl].status()
+		}
 		ps.Model = snap.model.describe()
 		st.Pipelines = append(st.Pipelines, ps)
 	}

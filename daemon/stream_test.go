@@ -304,6 +304,10 @@ func TestCountersSurviveRestart(t *testing.T) {
 	nc.Publish("count.images", []byte("not an image"))
 	n := replayFile(t, nc, "mnist-raw-100.smtdrec", "count.images")
 	waitFor(t, 30*time.Second, "stream learned", func() bool { return pipelineStatus(d, "digits").Learned == int64(n) })
+	// The last batch is counted as learned before its outputs are
+	// published; a checkpoint round trip waits for the pipeline to finish
+	// that batch.
+	request(t, nc, "smtd.control.checkpoint", nil, nil)
 	before := pipelineStatus(d, "digits")
 	if err := d.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)

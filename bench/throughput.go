@@ -1,0 +1,343 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/smtd/smtd/config"
+	"github.com/smtd/smtd/daemon"
+	"github.com/smtd/smtd/dataset"
+)
+
+// Throughput measures, in one run on the default image pipeline (28x28,
+// 6x6 patches, K = 256, SMT dimension 32) and recorded MNIST:
+//
+//   - learning throughput (medians of -rounds alternating runs) of the library (daemon.OfflineLearner: the
+//     decoding and learning code of a pipeline, in process, no NATS)
+//     against the daemon's (the same images published through JetStream
+//     into a daemon in this process, until all are learned), and
+//     throughput_daemon_overhead = 1 − daemon/library;
+//   - while the daemon learns, embed queries sent open-loop at -rate per
+//     second: latency p50 and p99 of the answers, timeouts and busy
+//     replies, and the learning throughput meanwhile;
+//   - the same at -flood-rate, past what the query workers can encode:
+//     every query must get an answer or a fast busy error (503 "busy: …"),
+//     reported with the p99 of the busy replies.
+//
+// The daemon runs with its configured query workers and queue
+// (service.query_workers, service.query_queue; flags -workers, -queue).
+func Throughput(ctx context.Context, w io.Writer, args []string) error {
+	fs := flag.NewFlagSet("bench throughput", flag.ContinueOnError)
+	dir := fs.String("mnist", "../shared/data/mnist", "`directory` with the MNIST IDX files (gzip'd or not)")
+	nImages := fs.Int("images", 10000, "training images learned by the library and by the daemon")
+	rate := fs.Float64("rate", 500, "embed queries per second while the daemon learns")
+	floodRate := fs.Float64("flood-rate", 5000, "embed queries per second past capacity")
+	seconds := fs.Float64("seconds", 10, "duration of each query phase")
+	timeout := fs.Duration("timeout", 5*time.Second, "a query not answered within this is a timeout")
+	workers := fs.Int("workers", 0, "service.query_workers (0: GOMAXPROCS)")
+	queue := fs.Int("queue", config.Default().Service.QueryQueue, "service.query_queue")
+	rounds := fs.Int("rounds", 3, "alternating library and daemon learning runs; their medians are reported")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *rate <= 0 || *floodRate <= 0 || *seconds <= 0 || *nImages < 1 || *rounds < 1 {
+		return errors.New("bench throughput: -rate, -flood-rate, -seconds, -images and -rounds must be positive")
+	}
+	train, err := dataset.ReadMNIST(*dir, "train")
+	if err != nil {
+		return err
+	}
+	test, err := dataset.ReadMNIST(*dir, "t10k")
+	if err != nil {
+		return err
+	}
+	n := min(*nImages, train.N)
+	p := config.DefaultPipeline(config.Image, "images")
+	p.Input.Subject = "bench.images"
+	p.Output.Subject = "bench.images.embeddings"
+
+	// The library (the pipeline's model alone, fed the same minibatches)
+	// and the daemon, alternately, each from an empty model: on a shared
+	// machine the load of other processes changes between runs, and the
+	// medians of alternating rounds see the same load.
+	msgs := make([]*nats.Msg, n)
+	for i := range msgs {
+		msgs[i] = imageMsg(p.Input.Subject, train, i)
+	}
+	var libRates, daemonRates []float64
+	var in *inProcess
+	defer func() {
+		if in != nil {
+			in.Close()
+		}
+	}()
+	sent := 0
+	for round := range *rounds {
+		lib := daemon.NewOfflineLearner(p)
+		t0 := time.Now()
+		for i := 0; i < n; i += p.Batch.Size {
+			if _, err := lib.Learn(msgs[i:min(i+p.Batch.Size, n)]); err != nil {
+				return fmt.Errorf("bench throughput: library: %w", err)
+			}
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			showProgress("round %d: library %d/%d images", round+1, i, n)
+		}
+		libRates = append(libRates, float64(n)/time.Since(t0).Seconds())
+
+		if in != nil {
+			in.Close()
+		}
+		// The daemon, with the query pool under test.
+		if in, err = startDaemonWith(ctx, p, os.Stderr, func(c *config.Config) {
+			c.Service.QueryWorkers, c.Service.QueryQueue = *workers, *queue
+		}); err != nil {
+			return err
+		}
+		t0 = time.Now()
+		sent = 0
+		if err := in.publish(ctx, msgs, &sent, n, nil); err != nil {
+			return err
+		}
+		daemonRates = append(daemonRates, float64(n)/time.Since(t0).Seconds())
+	}
+	libRate, daemonRate := median(libRates), median(daemonRates)
+
+	// Queries while the daemon learns: the publisher keeps it learning
+	// (the same images again) until the query phase ends.
+	embedSubject := config.Default().EmbedSubject(p.Name)
+	phase := func(name string, r float64) (*queryLoad, float64, error) {
+		stop := make(chan struct{})
+		learnedBefore := in.learned()
+		errc := make(chan error, 1)
+		start := time.Now()
+		go func() { errc <- in.publish(ctx, msgs, &sent, -1, stop) }()
+		load, err := sendQueries(ctx, in.nc, embedSubject, test, r, time.Duration(*seconds*float64(time.Second)), *timeout, name)
+		close(stop)
+		if perr := <-errc; err == nil {
+			err = perr
+		}
+		learnRate := float64(in.learned()-learnedBefore) / time.Since(start).Seconds()
+		return load, learnRate, err
+	}
+	steady, steadyLearn, err := phase("steady", *rate)
+	if err != nil {
+		return err
+	}
+	flood, floodLearn, err := phase("flood", *floodRate)
+	if err != nil {
+		return err
+	}
+	showProgress("")
+
+	line := func(name string, v any) { fmt.Fprintf(w, "%s: %v\n", name, v) }
+	writeMachine(w)
+	line("throughput_images", n)
+	line("throughput_batch", p.Batch.Size)
+	line("throughput_k", p.KMeans.Atoms)
+	line("throughput_smt_dim", p.SMT.Dim)
+	line("throughput_query_workers", *workers)
+	line("throughput_query_queue", *queue)
+	line("throughput_rounds", *rounds)
+	line("throughput_library_images_per_s", fmt.Sprintf("%.0f", libRate))
+	line("throughput_daemon_images_per_s", fmt.Sprintf("%.0f", daemonRate))
+	line("throughput_daemon_overhead", fmt.Sprintf("%.3f", 1-daemonRate/libRate))
+	for _, ph := range []struct {
+		name  string
+		load  *queryLoad
+		learn float64
+	}{{"embed", steady, steadyLearn}, {"flood", flood, floodLearn}} {
+		l := ph.load
+		line(ph.name+"_rate_per_s", fmt.Sprintf("%.0f", l.rate))
+		line(ph.name+"_sent", l.sent)
+		line(ph.name+"_answered", l.answered)
+		line(ph.name+"_busy", l.busy)
+		line(ph.name+"_errors", l.errors)
+		line(ph.name+"_timeouts", l.timeouts)
+		line(ph.name+"_answer_p50_ms", fmt.Sprintf("%.2f", ms(percentile(l.answerLat, 0.5))))
+		line(ph.name+"_answer_p99_ms", fmt.Sprintf("%.2f", ms(percentile(l.answerLat, 0.99))))
+		line(ph.name+"_busy_p99_ms", fmt.Sprintf("%.2f", ms(percentile(l.busyLat, 0.99))))
+		line(ph.name+"_learn_images_per_s", fmt.Sprintf("%.0f", ph.learn))
+	}
+	return nil
+}
+
+// publish sends msgs through JetStream in order, cycling, a little ahead
+// of the daemon: until limit messages are learned (limit ≥ 0), or until
+// stop is closed (limit < 0). sent counts the messages published over all
+// calls.
+func (in *inProcess) publish(ctx context.Context, msgs []*nats.Msg, sent *int, limit int, stop <-chan struct{}) error {
+	base := *sent
+	for {
+		if limit >= 0 && *sent-base == limit {
+			break
+		}
+		select {
+		case <-stop:
+			return nil
+		default:
+		}
+		m := msgs[*sent%len(msgs)]
+		if _, err := in.js.PublishMsgAsync(&nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data}); err != nil {
+			return err
+		}
+		*sent++
+		for int64(*sent)-in.learned() > 2048 {
+			if err := wait(ctx, 2*time.Millisecond); err != nil {
+				return err
+			}
+			select {
+			case <-stop:
+				return nil
+			default:
+			}
+		}
+		if limit >= 0 && *sent%1000 == 0 {
+			showProgress("daemon: %d/%d images", *sent-base, limit)
+		}
+	}
+	for in.learned() < int64(*sent) {
+		if err := wait(ctx, 2*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// queryLoad is what a run of sendQueries saw.
+type queryLoad struct {
+	rate                                   float64 // achieved send rate
+	sent, answered, busy, errors, timeouts int
+	answerLat, busyLat                     []time.Duration
+}
+
+// sendQueries sends embed queries of the test images on subject open-loop
+// at rate per second for d (a late sender catches up in bursts, as real
+// clients do not wait for each other), then waits up to timeout for the
+// last replies. Each query has its own reply subject, so that every reply
+// is matched to its query.
+func sendQueries(ctx context.Context, nc *nats.Conn, subject string, test *dataset.Images, rate float64, d, timeout time.Duration, name string) (*queryLoad, error) {
+	total := int(rate * d.Seconds())
+	sentAt := make([]time.Time, total)
+	var mu sync.Mutex
+	gotAt := make([]time.Time, total)
+	kind := make([]byte, total) // 'a' answer, 'b' busy, 'e' error
+	var replies atomic.Int64
+	prefix := nats.NewInbox() + "."
+	sub, err := nc.Subscribe(prefix+"*", func(m *nats.Msg) {
+		now := time.Now()
+		i, err := strconv.Atoi(strings.TrimPrefix(m.Subject, prefix))
+		if err != nil || i < 0 || i >= total {
+			return
+		}
+		k := byte('a')
+		if code := m.Header.Get(micro.ErrorCodeHeader); code != "" {
+			k = 'e'
+			if code == "503" && strings.HasPrefix(m.Header.Get(micro.ErrorHeader), "busy:") {
+				k = 'b'
+			}
+		}
+		mu.Lock()
+		if gotAt[i].IsZero() {
+			gotAt[i], kind[i] = now, k
+			replies.Add(1)
+		}
+		mu.Unlock()
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer sub.Unsubscribe()
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		return nil, err
+	}
+	reqs := make([]*nats.Msg, test.N)
+	start := time.Now()
+	for i := range total {
+		due := start.Add(time.Duration(float64(i) / rate * float64(time.Second)))
+		if wait := time.Until(due); wait > 0 {
+			time.Sleep(wait)
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		j := i % test.N
+		if reqs[j] == nil {
+			reqs[j] = imageMsg(subject, test, j)
+		}
+		m := &nats.Msg{Subject: subject, Reply: prefix + strconv.Itoa(i), Header: reqs[j].Header, Data: reqs[j].Data}
+		mu.Lock()
+		sentAt[i] = time.Now()
+		mu.Unlock()
+		if err := nc.PublishMsg(m); err != nil {
+			return nil, err
+		}
+		if i%256 == 0 {
+			showProgress("%s: %d/%d queries, %d replies", name, i, total, replies.Load())
+		}
+	}
+	l := &queryLoad{sent: total, rate: float64(total) / time.Since(start).Seconds()}
+	if err := nc.Flush(); err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(timeout)
+	for replies.Load() < int64(total) && time.Now().Before(deadline) {
+		if err := wait(ctx, 5*time.Millisecond); err != nil {
+			return nil, err
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i := range total {
+		lat := gotAt[i].Sub(sentAt[i])
+		switch {
+		case gotAt[i].IsZero() || lat > timeout:
+			l.timeouts++
+		case kind[i] == 'a':
+			l.answered++
+			l.answerLat = append(l.answerLat, lat)
+		case kind[i] == 'b':
+			l.busy++
+			l.busyLat = append(l.busyLat, lat)
+		default:
+			l.errors++
+		}
+	}
+	return l, nil
+}
+
+// median returns the median of xs, which is not empty.
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// percentile returns the q-quantile of xs (nearest rank); 0 for none.
+func percentile(xs []time.Duration, q float64) time.Duration {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[min(int(q*float64(len(s))), len(s)-1)]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

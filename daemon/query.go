@@ -1,0 +1,267 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+)
+
+// queryPool answers embed and neighbours queries on a bounded set of
+// worker goroutines, so that queries use the cores the pipelines leave
+// free instead of queueing on the one goroutine of a micro endpoint's
+// subscription, and so that an overload is answered at once.
+//
+// The endpoint handler does nothing but queue: a query that finds
+// the queue (service.query_queue) full is answered immediately with
+//
+//	Nats-Service-Error-Code: 503
+//	Nats-Service-Error: busy: ...
+//
+// Workers (service.query_workers) encode from the pipeline's published
+// snapshot. A snapshot's encode writes workspaces inside the model, so a
+// worker never encodes the published snapshot itself: it encodes with its
+// own deep copy of it (model.snapshot of the snapshot), made once per
+// snapshot it sees. The published snapshot is only ever read, by any
+// number of goroutines; the live model is never touched. Queries never
+// train.
+//
+// A worker replies by publishing on the request's reply subject itself,
+// with the headers micro.Request.Error would set, because a micro.Request
+// must not be used once its handler has returned.
+type queryPool struct {
+	nc      *nats.Conn
+	workers int
+	jobs    chan query
+	stats   map[*pipeline]*queryStats // fixed at creation
+
+	mu     sync.RWMutex // closed and close(jobs) against sends on jobs
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// queryKind says which endpoint a query came from.
+type queryKind uint8
+
+const (
+	embedQuery queryKind = iota
+	neighboursQuery
+)
+
+// query is one request waiting for a worker. It holds copies of what it
+// needs of the micro.Request, which is not used after the handler returns.
+type query struct {
+	pl     *pipeline
+	kind   queryKind
+	reply  string
+	header nats.Header
+	data   []byte
+	start  time.Time
+}
+
+// queryReply is an answer (data and header) or, when code is not empty,
+// an error reply.
+type queryReply struct {
+	data   []byte
+	header nats.Header
+	code   string
+	desc   string
+}
+
+func errorReply(code, desc string) queryReply { return queryReply{code: code, desc: desc} }
+
+// newQueryPool starts workers goroutines (GOMAXPROCS when workers is 0)
+// that serve the queries of pipelines from a queue of queue entries.
+func newQueryPool(nc *nats.Conn, pipelines []*pipeline, workers, queue int) *queryPool {
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	p := &queryPool{nc: nc, workers: workers, jobs: make(chan query, queue), stats: map[*pipeline]*queryStats{}}
+	for _, pl := range pipelines {
+		p.stats[pl] = &queryStats{}
+	}
+	p.wg.Add(workers)
+	for range workers {
+		go p.work()
+	}
+	return p
+}
+
+// handler returns the micro handler of pipeline pl's endpoint of kind k:
+// it queues the request, or answers busy at once.
+func (p *queryPool) handler(pl *pipeline, k queryKind) micro.HandlerFunc {
+	return func(req micro.Request) {
+		q := query{pl: pl, kind: k, reply: req.Reply(), header: nats.Header(req.Headers()), data: req.Data(), start: time.Now()}
+		switch err := p.submit(q); {
+		case err == errPoolStopped:
+			p.stats[pl].failed.Add(1)
+			req.Error("503", "shutting down", nil)
+		case err != nil:
+			p.stats[pl].busy.Add(1)
+			req.Error("503", p.busyReason(), nil)
+		}
+	}
+}
+
+// busyReason is the description of a busy reply.
+func (p *queryPool) busyReason() string {
+	return fmt.Sprintf("busy: %d queries wait for %d workers; retry later, or raise service.query_workers or service.query_queue", cap(p.jobs), p.workers)
+}
+
+var (
+	errPoolBusy    = errors.New("smtd: query queue full")
+	errPoolStopped = errors.New("smtd: query pool stopped")
+)
+
+// submit queues q for a worker, without waiting: errPoolBusy when the
+// queue is full, errPoolStopped once the pool is stopped.
+func (p *queryPool) submit(q query) error {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return errPoolStopped
+	}
+	select {
+	case p.jobs <- q:
+		return nil
+	default:
+		return errPoolBusy
+	}
+}
+
+// stop refuses new queries (they get busy replies), lets the workers
+// answer those queued, and waits for them. It is idempotent.
+func (p *queryPool) stop() {
+	p.mu.Lock()
+	if !p.closed {
+		p.closed = true
+		close(p.jobs)
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+// encoder is a worker's private copy of one published snapshot.
+type encoder struct {
+	from  *snapshot
+	model model
+}
+
+// work answers queries until the pool stops.
+func (p *queryPool) work() {
+	defer p.wg.Done()
+	encoders := map[*pipeline]*encoder{}
+	for q := range p.jobs {
+		var r queryReply
+		switch q.kind {
+		case embedQuery:
+			r = q.pl.embed(encoders, q.header, q.data)
+		case neighboursQuery:
+			r = q.pl.neighbours(q.data)
+		}
+		p.respond(&q, &r)
+	}
+}
+
+// respond publishes r on the query's reply subject and counts it.
+func (p *queryPool) respond(q *query, r *queryReply) {
+	m := &nats.Msg{Subject: q.reply, Data: r.data, Header: r.header}
+	if r.code != "" {
+		m.Header = nats.Header{micro.ErrorHeader: {r.desc}, micro.ErrorCodeHeader: {r.code}}
+	}
+	st := p.stats[q.pl]
+	if q.reply == "" {
+		st.failed.Add(1) // a publish, not a request: nobody to answer
+		return
+	}
+	if err := p.nc.PublishMsg(m); err != nil || r.code != "" {
+		st.failed.Add(1)
+		return
+	}
+	st.answered.Add(1)
+	st.observe(time.Since(q.start))
+}
+
+// snapshotEncoder returns the worker's copy of the pipeline's current
+// snapshot, copying it when the pipeline has published a newer one. Text
+// models encode without writing (the mean of immutable word vectors), so
+// their snapshot is used as it is.
+func (pl *pipeline) snapshotEncoder(encoders map[*pipeline]*encoder) (*snapshot, model) {
+	snap := pl.snap.Load()
+	if snap == nil {
+		return nil, nil
+	}
+	if _, ok := snap.model.(*textModel); ok {
+		return snap, snap.model
+	}
+	e := encoders[pl]
+	if e == nil || e.from != snap {
+		e = &encoder{from: snap, model: snap.model.snapshot()}
+		encoders[pl] = e
+	}
+	return snap, e.model
+}
+
+// queryLatencies is how many of the latest answered queries the latency
+// percentiles of status are computed over.
+const queryLatencies = 1024
+
+// queryStats are one pipeline's query counters, readable from any
+// goroutine.
+type queryStats struct {
+	// answered counts queries answered with an embedding or neighbours;
+	// busy, those refused at once because the queue was full; failed,
+	// the other error replies (bad request, model not ready, ...).
+	answered, busy, failed atomic.Int64
+
+	mu      sync.Mutex
+	latency [queryLatencies]time.Duration // ring of the latest answers
+	n       int                           // how many of latency are set
+	next    int
+}
+
+func (s *queryStats) observe(d time.Duration) {
+	s.mu.Lock()
+	s.latency[s.next] = d
+	s.next = (s.next + 1) % len(s.latency)
+	s.n = min(s.n+1, len(s.latency))
+	s.mu.Unlock()
+}
+
+// QueryStatus counts a pipeline's embed and neighbours queries since the
+// daemon started.
+type QueryStatus struct {
+	// Answered queries got an embedding or neighbours; Busy ones found the
+	// queue full and got a 503 "busy: ..." error at once; Errors got
+	// another error (bad request, model not ready, unknown word, ...).
+	Answered int64 `json:"answered"`
+	Busy     int64 `json:"busy"`
+	Errors   int64 `json:"errors"`
+	// P50Ms and P99Ms are the median and 99th percentile, in
+	// milliseconds, of the time from a query's arrival to its answer over
+	// the last 1024 answered queries; 0 before the first.
+	P50Ms float64 `json:"latency_p50_ms"`
+	P99Ms float64 `json:"latency_p99_ms"`
+}
+
+func (s *queryStats) status() QueryStatus {
+	st := QueryStatus{Answered: s.answered.Load(), Busy: s.busy.Load(), Errors: s.failed.Load()}
+	s.mu.Lock()
+	lat := slices.Clone(s.latency[:s.n])
+	s.mu.Unlock()
+	if len(lat) == 0 {
+		return st
+	}
+	slices.Sort(lat)
+	ms := func(q float64) float64 {
+		return float64(lat[min(int(q*float64(len(lat))), len(lat)-1)]) / float64(time.Millisecond)
+	}
+	st.P50Ms, st.P99Ms = ms(0.5), ms(0.99)
+	return st
+}

@@ -1,0 +1,261 @@
+package daemon
+
+import (
+	"bytes"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/smtd/smtd/config"
+)
+
+// fakeRequest records the error reply of a micro handler.
+type fakeRequest struct {
+	micro.Request
+	code, desc string
+}
+
+func (r *fakeRequest) Error(code, desc string, _ []byte, _ ...micro.RespondOpt) error {
+	r.code, r.desc = code, desc
+	return nil
+}
+func (r *fakeRequest) Data() []byte           { return nil }
+func (r *fakeRequest) Headers() micro.Headers { return nil }
+func (r *fakeRequest) Reply() string          { return "_INBOX.test" }
+
+// A query that finds the queue full is answered at once with a 503 "busy"
+// error and counted; queued queries are not; after stop, queries are
+// refused as shutting down.
+func TestQueryQueueBusy(t *testing.T) {
+	pl := &pipeline{name: "digits"}
+	// No workers: the queue only fills.
+	p := &queryPool{workers: 1, jobs: make(chan query, 2), stats: map[*pipeline]*queryStats{pl: {}}}
+	h := p.handler(pl, embedQuery)
+	for i := range 2 {
+		var r fakeRequest
+		h(&r)
+		if r.code != "" {
+			t.Fatalf("query %d of a queue of 2: error %s %q, want it queued", i, r.code, r.desc)
+		}
+	}
+	for range 3 {
+		var r fakeRequest
+		h(&r)
+		if r.code != "503" || !strings.HasPrefix(r.desc, "busy: ") {
+			t.Fatalf("query on a full queue: error %q %q, want 503 busy", r.code, r.desc)
+		}
+	}
+	if err := p.submit(query{pl: pl}); !errors.Is(err, errPoolBusy) {
+		t.Errorf("submit to a full queue: %v, want errPoolBusy", err)
+	}
+	if st := p.stats[pl].status(); st.Busy != 3 || st.Answered != 0 || st.Errors != 0 {
+		t.Errorf("status %+v, want 3 busy", st)
+	}
+	p.stop()
+	p.stop() // idempotent
+	var r fakeRequest
+	h(&r)
+	if r.code != "503" || r.desc != "shutting down" {
+		t.Errorf("query after stop: %q %q, want 503 shutting down", r.code, r.desc)
+	}
+	if err := p.submit(query{pl: pl}); !errors.Is(err, errPoolStopped) {
+		t.Errorf("submit after stop: %v, want errPoolStopped", err)
+	}
+}
+
+// A worker encodes with its own copy of the published snapshot (the
+// snapshot of a snapshot): for every kind of model the copy's outputs are
+// the snapshot's own, bit for bit.
+func TestSnapshotCopyEncodesBitForBit(t *testing.T) {
+	for _, p := range fuzzPipelines() {
+		t.Run(p.Name, func(t *testing.T) {
+			m := newModel(&p, rand.NewPCG(p.Seed, 1))
+			var probes []sample
+			for b := range 6 {
+				var batch []sample
+				for i := range 8 {
+					h, data := normalImage(8*b + i)
+					if p.Modality == config.Text {
+						h, data = nil, []byte("the quick brown fox jumps over the lazy dog "+strconv.Itoa(i))
+					}
+					s, err := decode(&p, h, data)
+					if err != nil {
+						t.Fatal(err)
+					}
+					batch = append(batch, s)
+				}
+				if _, err := m.learn(batch); err != nil {
+					t.Logf("batch %d: %v", b, err)
+				}
+				probes = append(probes, batch[0])
+			}
+			snap := m.snapshot()
+			want := snap.encode(probes)
+			got := snap.snapshot().encode(probes)
+			for i := range want {
+				if !equalBits(got[i].vector, want[i].vector) {
+					t.Errorf("probe %d: the copy encodes %v, the snapshot %v", i, got[i].vector, want[i].vector)
+				}
+			}
+		})
+	}
+}
+
+func equalBits(a, b []float32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// Embed queries flooding the daemon while a pipeline learns all get a
+// reply, an embedding or an immediate busy error, and none times out; the
+// busy replies are counted in status; every embedding is the
+// single-threaded encode of the snapshot its model version names, bit for
+// bit.
+func TestQueriesFloodWhileLearning(t *testing.T) {
+	p := digitsPipeline("digits", "mnist.images", 64)
+	cfg := testConfig(t, p)
+	cfg.Service.QueryWorkers = 2
+	cfg.Service.QueryQueue = 4
+	d := startDaemon(t, cfg)
+	pl := d.pipelines[0]
+	nc := connect(t, d.ClientURL())
+
+	// Every snapshot published, by version, to check answers against.
+	var mu sync.Mutex
+	snaps := map[uint64]*snapshot{}
+	record := func() {
+		s := pl.snap.Load()
+		mu.Lock()
+		snaps[s.version] = s
+		mu.Unlock()
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			record()
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}()
+	defer func() {
+		close(stop)
+		wg.Wait()
+	}()
+
+	n := replayFile(t, nc, "mnist-train-1000.smtdrec", p.Input.Subject)
+	queries := readStream(t, "mnist-test-200.smtdrec")
+	sub, err := nc.SubscribeSync("_INBOX.flood.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub.SetPendingLimits(-1, -1)
+
+	const burst, timeout = 200, 10 * time.Second
+	var answered, busy, whileLearning, compared int
+	flood := func(round int) {
+		t.Helper()
+		for i := range burst {
+			q := queries[i%len(queries)]
+			m := natsMsg(p.Input.Subject, q.Header, q.Data)
+			m.Subject = cfg.EmbedSubject(p.Name)
+			m.Reply = "_INBOX.flood." + strconv.Itoa(round) + "." + strconv.Itoa(i)
+			if err := nc.PublishMsg(m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got := map[string]bool{}
+		for len(got) < burst {
+			rep, err := sub.NextMsg(timeout)
+			if err != nil {
+				t.Fatalf("round %d: %d of %d queries answered, then %v", round, len(got), burst, err)
+			}
+			if got[rep.Subject] {
+				t.Fatalf("two replies to %s", rep.Subject)
+			}
+			got[rep.Subject] = true
+			if code := rep.Header.Get(micro.ErrorCodeHeader); code != "" {
+				if desc := rep.Header.Get(micro.ErrorHeader); code != "503" || !strings.HasPrefix(desc, "busy: ") {
+					t.Fatalf("query error %s %q", code, desc)
+				}
+				busy++
+				continue
+			}
+			answered++
+			i, _ := strconv.Atoi(rep.Subject[strings.LastIndexByte(rep.Subject, '.')+1:])
+			version, _ := strconv.ParseUint(rep.Header.Get(HeaderModelVersion), 10, 64)
+			record()
+			mu.Lock()
+			snap := snaps[version]
+			mu.Unlock()
+			if snap == nil {
+				continue // published and replaced between two looks
+			}
+			q := queries[i%len(queries)]
+			s, err := decode(&snap.cfg, q.Header, q.Data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The published snapshot is read by the workers: encode a
+			// copy, never the snapshot itself, on this goroutine.
+			o := snap.model.snapshot().encode([]sample{s})[0]
+			o.version = snap.version
+			if want := encodeOutput(&snap.cfg, "", &o).Data; !bytes.Equal(rep.Data, want) {
+				t.Fatalf("round %d query %d: the answer differs from the encode of snapshot %d", round, i, version)
+			}
+			compared++
+		}
+	}
+	for round := 0; round < 20; round++ {
+		learning := pipelineStatus(d, p.Name).Learned < int64(n)
+		flood(round)
+		if learning {
+			whileLearning++
+		} else {
+			break
+		}
+	}
+	waitFor(t, 120*time.Second, "stream learned", func() bool { return pipelineStatus(d, p.Name).Learned == int64(n) })
+	flood(100) // and once the model is still
+
+	t.Logf("%d answered (%d compared with their snapshot), %d busy; %d bursts while learning", answered, compared, busy, whileLearning)
+	if busy == 0 {
+		t.Error("no busy reply: the queue of 4 never filled")
+	}
+	if compared == 0 {
+		t.Error("no answer was compared with its snapshot")
+	}
+	// A worker counts an answer once it is sent: poll.
+	var st QueryStatus
+	waitFor(t, 10*time.Second, "status to count every reply", func() bool {
+		st = pipelineStatus(d, p.Name).Queries
+		return st.Answered == int64(answered)
+	})
+	if st.Busy != int64(busy) || st.Errors != 0 {
+		t.Errorf("status counts %+v, the client saw %d answered and %d busy", st, answered, busy)
+	}
+	if st.P99Ms < st.P50Ms || st.P50Ms <= 0 {
+		t.Errorf("latency percentiles p50 %v ms, p99 %v ms", st.P50Ms, st.P99Ms)
+	}
+}
+
+var _ micro.Request = (*fakeRequest)(nil)
