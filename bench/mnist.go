@@ -9,7 +9,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"runtime/pprof"
 	"strconv"
 	"time"
 
@@ -79,17 +78,11 @@ func MNIST(ctx context.Context, w io.Writer, args []string) error {
 		p.SMT.Solver = config.SolverClosed
 	}
 	p.SMT.SolveEvery = 1 << 30 // solved once, before the checkpoint below
-	if *cpuprofile != "" {
-		f, err := os.Create(*cpuprofile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := startCPUProfile(*cpuprofile)
+	if err != nil {
+		return err
 	}
+	defer stopProfile()
 	start := time.Now()
 	in, err := startDaemon(ctx, p, os.Stderr)
 	if err != nil {

@@ -53,10 +53,14 @@ func runChild(path string) int {
 }
 
 // startNATS starts a NATS server with JetStream for tests that run the
-// daemon against an external server.
-func startNATS(t testing.TB) *server.Server {
+// daemon against an external server; with changes applied to its options.
+func startNATS(t testing.TB, changes ...func(*server.Options)) *server.Server {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true})
+	opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true}
+	for _, change := range changes {
+		change(opts)
+	}
+	s, err := server.NewServer(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -422,19 +422,10 @@ func TestSecurityExternalServer(t *testing.T) {
 	if err := os.WriteFile(seedFile, seed, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s, err := server.NewServer(&server.Options{
-		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true,
-		Users: []*server.User{{Username: "smtd", Password: "daemon-secret"}, {Username: "cam", Password: "cam-secret"}},
-		Nkeys: []*server.NkeyUser{{Nkey: pub}},
+	s := startNATS(t, func(o *server.Options) {
+		o.Users = []*server.User{{Username: "smtd", Password: "daemon-secret"}, {Username: "cam", Password: "cam-secret"}}
+		o.Nkeys = []*server.NkeyUser{{Nkey: pub}}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("NATS server did not start")
-	}
-	t.Cleanup(s.Shutdown)
 
 	for _, tc := range []struct {
 		name string
