@@ -31,8 +31,34 @@ type Config struct {
 	Service Service `yaml:"service"`
 	// Checkpoint says when and where model checkpoints are written.
 	Checkpoint Checkpoint `yaml:"checkpoint"`
+	// Cluster runs the daemon as one of several sharing this config on a
+	// NATS cluster: each pipeline is learned by the one daemon that holds
+	// its lease, and served by all.
+	Cluster Cluster `yaml:"cluster"`
 	// Pipelines wire input subjects to learners and output subjects.
 	Pipelines []Pipeline `yaml:"pipelines"`
+}
+
+// Cluster configures cluster mode. Every daemon of a cluster reads the same
+// pipelines and connects to the same NATS deployment (nats.url); each
+// pipeline is owned by one of them at a time, through a lease in the
+// JetStream key-value bucket smtd-leases that its owner renews every
+// LeaseTTL/4. The others stand by, serve queries from the pipeline's newest
+// checkpoint and take the lease over once it expires.
+type Cluster struct {
+	// Enabled turns cluster mode on. Default false: one daemon owns all
+	// its pipelines, as without a cluster.
+	Enabled bool `yaml:"enabled"`
+	// Name identifies this daemon among the cluster's: unique, one
+	// subject token. Default: the host name and the process ID.
+	Name string `yaml:"name"`
+	// Labels of this daemon; a pipeline with placement labels is owned
+	// only by daemons that carry all of them.
+	Labels []string `yaml:"labels"`
+	// LeaseTTL is how long an ownership lease lasts without renewal: the
+	// time a standby waits before it takes over from an owner that
+	// stopped (killed, frozen or cut off). Default 4s, in 1s..5m.
+	LeaseTTL time.Duration `yaml:"lease_ttl"`
 }
 
 // Log configures logging.
@@ -74,6 +100,10 @@ type NATS struct {
 	// external server (CAFile verifies the server, CertFile and KeyFile
 	// are the daemon's client certificate).
 	TLS TLS `yaml:"tls"`
+	// Replicas is the replica count of the streams, key-value buckets and
+	// the object store the daemon creates: 3 on a 3-node JetStream
+	// cluster, at most the number of its nodes. Default 1.
+	Replicas int `yaml:"replicas"`
 	// Auth is how the daemon authenticates to an external server. With
 	// the embedded server the daemon makes itself a fresh nkey at every
 	// start, and Auth must be empty.
@@ -203,6 +233,9 @@ type Pipeline struct {
 	Modality Modality `yaml:"modality"`
 	// Seed seeds the pipeline's random source. Default 1.
 	Seed uint64 `yaml:"seed"`
+	// Placement lists the labels (cluster.labels) a daemon must carry to
+	// own this pipeline in cluster mode. Default none: any daemon may.
+	Placement []string `yaml:"placement"`
 	// Deterministic cuts batches by count only (never by time), so that
 	// replaying a recorded stream gives the same model bit for bit, also
 	// across a kill and a restart. Default false.

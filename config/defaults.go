@@ -18,7 +18,9 @@ func Default() *Config {
 			MaxPayload:     8 << 20,
 			StreamMaxBytes: 1 << 30,
 			StreamMaxAge:   24 * time.Hour,
+			Replicas:       1,
 		},
+		Cluster: Cluster{LeaseTTL: 4 * time.Second},
 		Service: Service{Name: "smtd", Prefix: "smtd", QueryQueue: 256},
 		Checkpoint: Checkpoint{
 			EverySamples: 10000,

@@ -206,6 +206,15 @@ func LiveChanges(old, new *Config) (live, refused []string) {
 		refused = append(refused, "nats.users")
 	}
 	diff(reflect.ValueOf(old).Elem(), reflect.ValueOf(new).Elem(), "", &live, &refused)
+	// Lists of strings are compared whole; none is live.
+	if !slices.Equal(old.Cluster.Labels, new.Cluster.Labels) {
+		refused = append(refused, "cluster.labels")
+	}
+	for i := range min(len(old.Pipelines), len(new.Pipelines)) {
+		if !slices.Equal(old.Pipelines[i].Placement, new.Pipelines[i].Placement) {
+			refused = append(refused, fmt.Sprintf("pipelines[%d].placement", i))
+		}
+	}
 	// kmeans.code is live for the codes published, but the layout of the
 	// SMT statistics depends on it (f_gq codes need a full V).
 	for i := range min(len(old.Pipelines), len(new.Pipelines)) {

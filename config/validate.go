@@ -83,6 +83,9 @@ func (c *Config) validate(file string, present map[string]int) Errors {
 	v.check(c.Checkpoint.Every > 0, "checkpoint.every", "must be > 0, got %s", c.Checkpoint.Every)
 	v.check(c.Checkpoint.Keep >= 1, "checkpoint.keep", "must be >= 1, got %d", c.Checkpoint.Keep)
 
+	v.check(c.NATS.Replicas >= 1 && c.NATS.Replicas <= 5, "nats.replicas", "must be in 1..5, got %d", c.NATS.Replicas)
+	c.validateCluster(v)
+
 	v.check(len(c.Pipelines) > 0, "pipelines", "at least one pipeline is needed")
 	names := map[string]string{}
 	subjects := map[string]string{} // subject → the field that uses it
@@ -112,6 +115,32 @@ func (c *Config) validate(file string, present map[string]int) Errors {
 	}
 	return v.errs
 }
+
+// validateCluster checks cluster mode's settings: a shared NATS
+// deployment, checkpoints in its object store (a standby never restores
+// another machine's disk), and names and labels that are subject tokens.
+func (c *Config) validateCluster(v *validator) {
+	cl := &c.Cluster
+	v.check(cl.LeaseTTL >= time.Second && cl.LeaseTTL <= 5*time.Minute, "cluster.lease_ttl", "must be in 1s..5m, got %s", cl.LeaseTTL)
+	v.check(cl.Name == "" || validToken(cl.Name), "cluster.name", "must be one subject token of letters, digits, '-' and '_', got %q", cl.Name)
+	for i, l := range cl.Labels {
+		v.check(validToken(l), fmt.Sprintf("cluster.labels[%d]", i), "must be letters, digits, '-' and '_', got %q", l)
+	}
+	for i := range c.Pipelines {
+		for j, l := range c.Pipelines[i].Placement {
+			v.check(validToken(l), fmt.Sprintf("pipelines[%d].placement[%d]", i, j), "must be letters, digits, '-' and '_', got %q", l)
+		}
+	}
+	if !cl.Enabled {
+		return
+	}
+	v.check(c.NATS.URL != "", "cluster.enabled", "needs nats.url: the daemons of a cluster share one NATS deployment, not each its embedded server")
+	v.check(c.Checkpoint.ObjectStore, "cluster.enabled", "needs checkpoint.object_store: a standby takes over from the checkpoints in JetStream")
+}
+
+var token = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+func validToken(s string) bool { return token.MatchString(s) }
 
 func (c *Config) validatePipeline(v *validator, p *Pipeline, path string) {
 	f := func(name string) string { return path + "." + name }

@@ -60,6 +60,11 @@ type Checkpoint struct {
 	// Counters are the pipeline's counters when the checkpoint was
 	// written; they continue from there after a restore.
 	Counters CounterState
+	// Epoch is the lease epoch of the cluster owner that wrote it (0
+	// outside cluster mode): a checkpoint of an epoch older than the
+	// latest pointer's, past the pointer's version, was written by an
+	// owner that had lost its lease, and is never restored.
+	Epoch uint64
 }
 
 // CounterState is the part of a pipeline's counters kept in checkpoints.
@@ -126,8 +131,11 @@ func ReadCheckpoint(path string) (*Checkpoint, error) {
 }
 
 // checkpointName is the file (and object) name of a checkpoint; names sort
-// in version order.
-func checkpointName(pipeline string, version uint64) string {
+// in version order, and in cluster mode in epoch, then version order.
+func checkpointName(pipeline string, epoch, version uint64) string {
+	if epoch > 0 {
+		return fmt.Sprintf("%s-e%016d-%016d.ckpt", pipeline, epoch, version)
+	}
 	return fmt.Sprintf("%s-%016d.ckpt", pipeline, version)
 }
 

@@ -50,6 +50,8 @@ type Daemon struct {
 	nc     *nats.Conn
 	js     jetstream.JetStream
 	store  *checkpointStore // nil when disabled or unavailable
+	// cluster is this daemon's part in cluster mode; nil outside it.
+	cluster *cluster
 	svc    micro.Service
 	// queries serves the embed and neighbours endpoints; nil until the
 	// service is added.
@@ -110,16 +112,34 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("smtd: JetStream: %w", err)
 	}
 	if d.cfg.Checkpoint.ObjectStore {
-		if d.store, err = newCheckpointStore(ctx, d.js); err != nil {
+		if d.store, err = newCheckpointStore(ctx, d.js, d.cfg.NATS.Replicas); err != nil {
+			if d.cfg.Cluster.Enabled {
+				return err
+			}
 			d.log.Warn().Err(err).Msg("checkpoints go to disk only")
 			d.store, err = nil, nil
 		}
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	d.cancel = cancel
+	if d.cfg.Cluster.Enabled {
+		if d.cluster, err = d.joinCluster(ctx); err != nil {
+			return err
+		}
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			d.cluster.heartbeat(runCtx)
+		}()
+	}
 	for _, pc := range d.cfg.Pipelines {
 		pl := newPipeline(d, pc)
-		if err := d.startPipeline(ctx, pl); err != nil {
+		if d.cluster != nil {
+			// A standby until it holds the lease: it serves the newest
+			// checkpoint.
+			d.cluster.refreshStandby(ctx, pl)
+			pl.publishSnapshot()
+		} else if err := d.startPipeline(ctx, pl); err != nil {
 			return err
 		}
 		d.pipelines = append(d.pipelines, pl)
@@ -135,6 +155,11 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 		d.wg.Add(1)
 		go func() {
 			defer d.wg.Done()
+			defer close(pl.finished)
+			if d.cluster != nil {
+				d.cluster.serve(runCtx, pl)
+				return
+			}
 			pl.run(runCtx)
 		}()
 	}
@@ -166,6 +191,14 @@ func (d *Daemon) startPipeline(ctx context.Context, pl *pipeline) error {
 	if err != nil {
 		return err
 	}
+	if t := pl.term; t != nil {
+		if err := t.claimPointer(ctx, d.store.latest, pl.cfg.Name); err != nil {
+			return err
+		}
+		if st != nil {
+			pl.deleteOldConsumers(ctx, st.name)
+		}
+	}
 	pl.publishSnapshot()
 	if st == nil {
 		pl.in, err = newCoreIntake(d.nc, pc, pl.lastSeq)
@@ -182,7 +215,7 @@ func (d *Daemon) startPipeline(ctx context.Context, pl *pipeline) error {
 	}
 	d.log.Info().Str("pipeline", pc.Name).Str("modality", string(pc.Modality)).Str("input", pc.Input.Subject).
 		Str("transport", pc.Input.Transport).Str("stream", pl.stream.name).Str("output", pc.Output.Subject).
-		Str("output_transport", pc.Output.Transport).Uint64("model_version", pl.version).Uint64("resume_after_seq", pl.lastSeq).Msg("pipeline started")
+		Str("output_transport", pc.Output.Transport).Uint64("model_version", pl.version).Uint64("resume_after_seq", pl.lastSeq).Str("consumer", pl.consumerName()).Msg("pipeline started")
 	return nil
 }
 

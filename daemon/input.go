@@ -16,7 +16,7 @@ import (
 // After a reset the pipeline counts sequences in the new instance: its
 // model is kept, its last applied sequence starts again at 0.
 func (pl *pipeline) attach(ctx context.Context, st streamState, plan resumePlan) error {
-	in, err := newJSIntake(ctx, pl.d.js, st.name, &pl.cfg, plan.after)
+	in, err := newJSIntake(ctx, pl.d.js, st.name, pl.consumerName(), &pl.cfg, plan.after)
 	if err != nil {
 		return err
 	}
@@ -58,6 +58,8 @@ func (pl *pipeline) inputTrouble(ctx context.Context, fetchErr error) {
 	why := "fetching input: " + fetchErr.Error()
 	if s := pl.d.storage.Load(); s != nil {
 		why = *s
+	} else if pl.fenced() {
+		why = "the lease was lost: " + why
 	} else if pl.stream.name != "" {
 		reattached, cause := pl.reattach(ctx)
 		if reattached {
@@ -131,10 +133,10 @@ func (pl *pipeline) reattach(ctx context.Context) (bool, string) {
 	case err != nil:
 		return false, ""
 	}
-	if _, err := js.Consumer(ctx, name, consumerName(&pl.cfg)); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+	if _, err := js.Consumer(ctx, name, pl.consumerName()); !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return false, ""
 	}
-	return pl.reattachTo(ctx, newStreamState(s.CachedInfo()), fmt.Sprintf("consumer %s of stream %s was deleted", consumerName(&pl.cfg), name))
+	return pl.reattachTo(ctx, newStreamState(s.CachedInfo()), fmt.Sprintf("consumer %s of stream %s was deleted", pl.consumerName(), name))
 }
 
 // reattachTo attaches to the stream instance st after what went wrong.

@@ -65,8 +65,16 @@ type jsIntake struct {
 	lag uint64
 }
 
-// consumerName is the durable consumer of a pipeline.
-func consumerName(p *config.Pipeline) string { return "smtd-" + p.Name }
+// consumerName is the durable consumer of a pipeline: smtd-<pipeline>,
+// and in cluster mode smtd-<pipeline>-e<epoch>, one per ownership term,
+// so that an owner that lost its lease cannot fetch or acknowledge
+// through its successor's consumer.
+func (pl *pipeline) consumerName() string {
+	if pl.term != nil {
+		return fmt.Sprintf("smtd-%s-e%d", pl.cfg.Name, pl.term.epoch)
+	}
+	return "smtd-" + pl.cfg.Name
+}
 
 // streamState is one instance of a JetStream stream and the sequences it
 // holds. A stream deleted and created again under the same name is another
@@ -110,6 +118,7 @@ func boundedStream(name, description, subject string, n config.NATS) jetstream.S
 		Name: name, Description: description, Subjects: []string{subject},
 		Retention: jetstream.LimitsPolicy, Discard: jetstream.DiscardOld,
 		MaxBytes: n.StreamMaxBytes, MaxAge: n.StreamMaxAge, Storage: jetstream.FileStorage,
+		Replicas: n.Replicas,
 	}
 }
 
@@ -117,8 +126,7 @@ func boundedStream(name, description, subject string, n config.NATS) jetstream.S
 // that delivery starts right after after, the last sequence the restored
 // model has applied (0: from the first message): messages applied after
 // the checkpoint but lost in a crash are read again, none is skipped.
-func newJSIntake(ctx context.Context, js jetstream.JetStream, stream string, p *config.Pipeline, after uint64) (*jsIntake, error) {
-	name := consumerName(p)
+func newJSIntake(ctx context.Context, js jetstream.JetStream, stream, name string, p *config.Pipeline, after uint64) (*jsIntake, error) {
 	if err := js.DeleteConsumer(ctx, stream, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return nil, fmt.Errorf("smtd: resetting consumer %s on %s: %w", name, stream, err)
 	}

@@ -139,33 +139,90 @@ const (
 	latestBucket     = "smtd-latest"
 )
 
-func newCheckpointStore(ctx context.Context, js jetstream.JetStream) (*checkpointStore, error) {
-	obj, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
-		Bucket: checkpointBucket, Description: "smtd model checkpoints", Storage: jetstream.FileStorage,
-	})
+func newCheckpointStore(ctx context.Context, js jetstream.JetStream, replicas int) (*checkpointStore, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	obj, err := bindOrCreate(ctx, checkpointBucket,
+		func(ctx context.Context) (jetstream.ObjectStore, error) { return js.ObjectStore(ctx, checkpointBucket) },
+		func(ctx context.Context) (jetstream.ObjectStore, error) {
+			return js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{
+				Bucket: checkpointBucket, Description: "smtd model checkpoints", Storage: jetstream.FileStorage, Replicas: replicas,
+			})
+		})
 	if err != nil {
-		return nil, fmt.Errorf("smtd: object store %s: %w", checkpointBucket, err)
+		return nil, err
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	kv, err := keyValue(ctx, js, jetstream.KeyValueConfig{
 		Bucket: latestBucket, Description: "smtd: newest checkpoint object per pipeline", History: 1, Storage: jetstream.FileStorage,
+		Replicas: replicas,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("smtd: key-value bucket %s: %w", latestBucket, err)
+		return nil, err
 	}
 	return &checkpointStore{obj: obj, latest: kv}, nil
 }
 
+// keyValue binds to the key-value bucket of cfg, creating it if there is
+// none (an existing bucket keeps its config).
+func keyValue(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	return bindOrCreate(ctx, cfg.Bucket,
+		func(ctx context.Context) (jetstream.KeyValue, error) { return js.KeyValue(ctx, cfg.Bucket) },
+		func(ctx context.Context) (jetstream.KeyValue, error) { return js.CreateKeyValue(ctx, cfg) })
+}
+
+// bindOrCreate binds to a bucket, or creates it if there is none, until
+// ctx is done. It binds first and never updates: the daemons of a
+// cluster start together, and a request about a replicated bucket that
+// another daemon is creating can go unanswered; each attempt has 5 s.
+func bindOrCreate[B any](ctx context.Context, name string, bind, create func(context.Context) (B, error)) (B, error) {
+	attempt := func(f func(context.Context) (B, error)) (B, error) {
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		return f(actx)
+	}
+	for {
+		b, err := attempt(bind)
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			b, err = attempt(create)
+		}
+		if err == nil {
+			return b, nil
+		}
+		if ctx.Err() != nil {
+			var zero B
+			return zero, fmt.Errorf("smtd: bucket %s: %w", name, err)
+		}
+		select { // created meanwhile, or no answer yet: try again
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
 // put stores a checkpoint, points latest at it, and deletes the pipeline's
 // objects older than the newest keep.
-func (s *checkpointStore) put(ctx context.Context, pipeline, name string, data []byte, keep int) (string, error) {
+//
+// In cluster mode (t not nil) the pointer is the JSON of a pointer with
+// the owner's epoch, and moves only by compare-and-set from the revision
+// the term last wrote: if another owner has moved it since, this one lost
+// its lease while it could not tell (paused, cut off); the object is
+// deleted again and put returns errLeaseLost.
+func (s *checkpointStore) put(ctx context.Context, pipeline, name string, data []byte, keep int, t *term) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	obj := pipeline + "/" + name
 	if _, err := s.obj.PutBytes(ctx, obj, data); err != nil {
 		return "", err
 	}
-	if _, err := s.latest.PutString(ctx, pipeline, obj); err != nil {
-		return obj, err
+	if t == nil {
+		if _, err := s.latest.PutString(ctx, pipeline, obj); err != nil {
+			return obj, err
+		}
+	} else if err := t.movePointer(ctx, s.latest, pipeline, obj); err != nil {
+		if errors.Is(err, errLeaseLost) {
+			s.obj.Delete(ctx, obj)
+		}
+		return "", err
 	}
 	mine, err := s.list(ctx, pipeline)
 	if err != nil {

@@ -149,6 +149,15 @@ type pipeline struct {
 	// NATS.
 	stream streamState
 
+	// term is the ownership term in cluster mode (nil otherwise): run
+	// writes, acknowledges and publishes only while its lease holds.
+	term *term
+	// lease is the pipeline's lease as this daemon last saw it (its own
+	// while it owns the pipeline); nil when free or outside cluster mode.
+	lease atomic.Pointer[Lease]
+	// served is the checkpoint object a standby serves queries from.
+	served string
+
 	model   model
 	src     *rand.PCG // the model's only source of randomness
 	version uint64
@@ -177,23 +186,40 @@ type pipeline struct {
 }
 
 func newPipeline(d *Daemon, p config.Pipeline) *pipeline {
-	src := rand.NewPCG(p.Seed, 0x736d7464) // "smtd"
 	pl := &pipeline{
 		d:        d,
 		name:     p.Name,
 		cfg:      p,
 		ckpt:     d.cfg.Checkpoint,
 		log:      d.log.With().Str("pipeline", p.Name).Logger(),
-		model:    newModel(&p, src),
-		src:      src,
 		tune:     make(chan tuneRequest),
 		ckptReq:  make(chan checkpointRequest),
 		finished: make(chan struct{}),
 	}
-	pl.model.tune(&p)
-	pl.health.Store(&Health{State: HealthOK})
+	pl.reset()
 	return pl
 }
+
+// reset gives the pipeline a fresh model, random source and counters, as
+// before its first message: a cluster owner starts every term from this
+// and the newest checkpoint, never from what it held before.
+func (pl *pipeline) reset() {
+	pl.src = rand.NewPCG(pl.cfg.Seed, 0x736d7464) // "smtd"
+	pl.model = newModel(&pl.cfg, pl.src)
+	pl.model.tune(&pl.cfg)
+	pl.version, pl.samples, pl.lastSeq = 0, 0, 0
+	pl.sinceCkpt, pl.lastCkptSeq = 0, 0
+	pl.refused, pl.diverged, pl.missing, pl.gapAfter = 0, 0, "", 0
+	pl.goneSince = time.Time{}
+	pl.stats.restore(CounterState{})
+	pl.stats.lastSeq.Store(0)
+	pl.stats.backlog.Store(0)
+	pl.health.Store(&Health{State: HealthOK})
+}
+
+// fenced reports whether the pipeline's cluster lease has run out: its
+// owner must then not checkpoint, acknowledge or publish.
+func (pl *pipeline) fenced() bool { return pl.term != nil && !pl.term.valid() }
 
 // restore loads c into the pipeline. Nothing changes unless all of it
 // fits: model sections, random source, and a config of the same shape.
@@ -287,7 +313,6 @@ func (pl *pipeline) publishSnapshot() {
 // outputs, acknowledges and checkpoints, until ctx is done; then it writes
 // a last checkpoint.
 func (pl *pipeline) run(ctx context.Context) {
-	defer close(pl.finished)
 	defer pl.in.stop()
 	pl.lastCkptTime = time.Now()
 	for {
@@ -310,7 +335,7 @@ func (pl *pipeline) run(ctx context.Context) {
 			// Deterministic mode applies whole batches only: the partial
 			// batch is left unacknowledged and read again after a
 			// restart, so batch boundaries never depend on shutdowns.
-			if !pl.cfg.Deterministic && len(msgs) > 0 {
+			if !pl.cfg.Deterministic && len(msgs) > 0 && !pl.fenced() {
 				sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 				pl.process(sctx, msgs)
 				cancel()
@@ -331,6 +356,9 @@ func (pl *pipeline) run(ctx context.Context) {
 			}
 		}
 	}
+	if errors.Is(context.Cause(ctx), errLeaseLost) {
+		return // the successor continues from the newest checkpoint
+	}
 	if pl.lastSeq != pl.lastCkptSeq || pl.sinceCkpt > 0 {
 		if _, err := pl.checkpoint(context.WithoutCancel(ctx)); err != nil {
 			pl.log.Error().Err(err).Msg("final checkpoint failed")
@@ -349,7 +377,7 @@ func (pl *pipeline) applyTune(r tuneRequest) {
 // process decodes, validates and learns one batch, publishes an output per
 // valid message and acknowledges the batch.
 func (pl *pipeline) process(ctx context.Context, msgs []inMsg) {
-	if len(msgs) == 0 {
+	if len(msgs) == 0 || pl.fenced() {
 		return
 	}
 	if pl.deliveryGap(ctx, msgs) {
@@ -378,7 +406,7 @@ func (pl *pipeline) process(ctx context.Context, msgs []inMsg) {
 		pl.lastSeq = last.seq
 		pl.stats.lastSeq.Store(last.seq)
 	}
-	if last.ack != nil {
+	if last.ack != nil && !pl.fenced() {
 		if err := last.ack(); err != nil {
 			pl.log.Warn().Err(err).Uint64("seq", last.seq).Msg("ack failed; the batch may be delivered again and will be skipped")
 		}
@@ -404,7 +432,7 @@ func (pl *pipeline) deliveryGap(ctx context.Context, msgs []inMsg) bool {
 		if m.seq > prev+1 && pl.gapAfter != prev {
 			pl.gapAfter = prev
 			pl.log.Warn().Uint64("after_seq", prev).Uint64("next_delivered", m.seq).Msg("a hole in the delivered sequences; reading the stream again after the last applied message")
-			in, err := newJSIntake(context.WithoutCancel(ctx), pl.d.js, pl.stream.name, &pl.cfg, pl.lastSeq)
+			in, err := newJSIntake(context.WithoutCancel(ctx), pl.d.js, pl.stream.name, pl.consumerName(), &pl.cfg, pl.lastSeq)
 			if err != nil {
 				pl.log.Error().Err(err).Msg("reading the stream again")
 				return false
@@ -623,14 +651,19 @@ type checkpointInfo struct {
 	Version  uint64 `json:"model_version"`
 	Samples  int64  `json:"samples"`
 	LastSeq  uint64 `json:"last_seq"`
-	File     string `json:"file"`
+	File     string `json:"file,omitempty"`
 	Object   string `json:"object,omitempty"`
+	// Epoch is the owner's lease epoch in cluster mode.
+	Epoch uint64 `json:"epoch,omitempty"`
 	Bytes    int    `json:"bytes"`
 }
 
 // checkpoint writes the pipeline's state to disk and, if configured, to the
 // object store, and announces it.
 func (pl *pipeline) checkpoint(ctx context.Context) (*checkpointInfo, error) {
+	if pl.fenced() {
+		return nil, fmt.Errorf("smtd: checkpoint of %s not written: %w", pl.cfg.Name, errLeaseLost)
+	}
 	if err := pl.model.flush(); err != nil {
 		pl.log.Warn().Err(err).Msg("bringing the model up to date before a checkpoint")
 	}
@@ -662,20 +695,34 @@ func (pl *pipeline) checkpoint(ctx context.Context) (*checkpointInfo, error) {
 		Config: cfgYAML, Input: pl.cfg.Input.Subject, Stream: pl.stream.name, StreamCreated: pl.stream.created,
 		LastSeq: pl.lastSeq, RNG: rng, Sections: secs, Counters: pl.stats.state(),
 	}
+	if pl.term != nil {
+		c.Epoch = pl.term.epoch
+	}
 	c.Counters.Checkpoints++ // this one
 	var buf bytes.Buffer
 	if err := encodeCheckpoint(&buf, c); err != nil {
 		return nil, err
 	}
-	name := checkpointName(pl.cfg.Name, pl.version)
-	path, err := writeCheckpointFile(pl.d.checkpointDir(pl.cfg.Name), name, buf.Bytes(), pl.ckpt.Keep)
-	if err != nil {
-		return nil, fmt.Errorf("smtd: writing checkpoint %s: %w", name, err)
-	}
-	info := &checkpointInfo{Pipeline: pl.cfg.Name, Version: pl.version, Samples: pl.samples, LastSeq: pl.lastSeq, File: path, Bytes: buf.Len()}
-	if pl.d.store != nil {
-		obj, err := pl.d.store.put(ctx, pl.cfg.Name, name, buf.Bytes(), pl.ckpt.Keep)
+	name := checkpointName(pl.cfg.Name, c.Epoch, pl.version)
+	info := &checkpointInfo{Pipeline: pl.cfg.Name, Version: pl.version, Samples: pl.samples, LastSeq: pl.lastSeq, Bytes: buf.Len(), Epoch: c.Epoch}
+	if pl.term == nil {
+		path, err := writeCheckpointFile(pl.d.checkpointDir(pl.cfg.Name), name, buf.Bytes(), pl.ckpt.Keep)
 		if err != nil {
+			return nil, fmt.Errorf("smtd: writing checkpoint %s: %w", name, err)
+		}
+		info.File = path
+	}
+	if pl.d.store != nil {
+		obj, err := pl.d.store.put(ctx, pl.cfg.Name, name, buf.Bytes(), pl.ckpt.Keep, pl.term)
+		switch {
+		case errors.Is(err, errLeaseLost):
+			pl.term.lose()
+			return nil, fmt.Errorf("smtd: checkpoint of %s not written: %w", pl.cfg.Name, err)
+		case err != nil && pl.term != nil:
+			// In a cluster the object store is the only place a
+			// successor restores from.
+			return nil, fmt.Errorf("smtd: storing checkpoint %s in JetStream: %w", name, err)
+		case err != nil:
 			pl.log.Warn().Err(err).Msg("storing checkpoint in JetStream; it is on disk")
 		}
 		info.Object = obj
@@ -684,7 +731,7 @@ func (pl *pipeline) checkpoint(ctx context.Context) (*checkpointInfo, error) {
 	pl.lastCkptTime = time.Now()
 	pl.lastCkptSeq = pl.lastSeq
 	pl.stats.checkpoints.Add(1)
-	pl.log.Info().Uint64("version", pl.version).Int64("samples", pl.samples).Uint64("last_seq", pl.lastSeq).Str("file", path).Msg("checkpoint written")
+	pl.log.Info().Uint64("version", pl.version).Int64("samples", pl.samples).Uint64("last_seq", pl.lastSeq).Str("file", info.File).Str("object", info.Object).Msg("checkpoint written")
 	pl.d.publishEvent("events.checkpoint", info)
 	return info, nil
 }

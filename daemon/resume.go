@@ -98,6 +98,7 @@ func planResume(c *Checkpoint, st streamState, policy string) (resumePlan, error
 // checkpointSource is one place a checkpoint may be read from.
 type checkpointSource struct {
 	version uint64 // from the name; candidates are tried newest first
+	epoch   uint64 // cluster mode: of the same version, the newest epoch first
 	from    string // file path or bucket/object, for logs and events
 	read    func() ([]byte, error)
 }
@@ -106,12 +107,16 @@ type checkpointSource struct {
 // object store, newest first; of the same version, the file comes first.
 func (d *Daemon) checkpointSources(ctx context.Context, pipeline string) ([]checkpointSource, error) {
 	var out []checkpointSource
-	files, err := checkpointFiles(d.checkpointDir(pipeline))
-	if err != nil {
-		return nil, fmt.Errorf("smtd: listing checkpoints: %w", err)
-	}
-	for _, f := range files {
-		out = append(out, checkpointSource{version: checkpointVersion(f), from: f, read: func() ([]byte, error) { return os.ReadFile(f) }})
+	if d.cluster == nil {
+		// In a cluster, a disk holds what this machine wrote when it last
+		// owned the pipeline, not what its successors did.
+		files, err := checkpointFiles(d.checkpointDir(pipeline))
+		if err != nil {
+			return nil, fmt.Errorf("smtd: listing checkpoints: %w", err)
+		}
+		for _, f := range files {
+			out = append(out, checkpointSource{version: checkpointVersion(f), from: f, read: func() ([]byte, error) { return os.ReadFile(f) }})
+		}
 	}
 	if d.store != nil {
 		names, err := d.store.list(ctx, pipeline)
@@ -119,7 +124,7 @@ func (d *Daemon) checkpointSources(ctx context.Context, pipeline string) ([]chec
 			d.log.Warn().Err(err).Str("pipeline", pipeline).Msg("listing the checkpoints in JetStream")
 		}
 		for _, name := range names {
-			out = append(out, checkpointSource{version: checkpointVersion(name), from: checkpointBucket + "/" + name,
+			out = append(out, checkpointSource{version: checkpointVersion(name), epoch: checkpointEpoch(name), from: checkpointBucket + "/" + name,
 				read: func() ([]byte, error) { return d.store.obj.GetBytes(ctx, name) }})
 		}
 	}
@@ -128,6 +133,10 @@ func (d *Daemon) checkpointSources(ctx context.Context, pipeline string) ([]chec
 		case a.version > b.version:
 			return -1
 		case a.version < b.version:
+			return 1
+		case a.epoch > b.epoch:
+			return -1
+		case a.epoch < b.epoch:
 			return 1
 		}
 		return 0
@@ -141,6 +150,19 @@ func checkpointVersion(name string) uint64 {
 	base := strings.TrimSuffix(filepath.Base(name), ".ckpt")
 	v, _ := strconv.ParseUint(base[strings.LastIndexByte(base, '-')+1:], 10, 64) // zero-padded decimal
 	return v
+}
+
+// checkpointEpoch reads the lease epoch from a checkpoint's name
+// (checkpointName); 0 outside cluster mode.
+func checkpointEpoch(name string) uint64 {
+	base := filepath.Base(name)
+	i := strings.LastIndex(base, "-e")
+	if i < 0 {
+		return 0
+	}
+	digits, _, _ := strings.Cut(base[i+2:], "-")
+	e, _ := strconv.ParseUint(digits, 10, 64)
+	return e
 }
 
 // restore loads the newest good checkpoint of pl and returns where its
@@ -161,11 +183,15 @@ func (d *Daemon) restore(ctx context.Context, pl *pipeline, st *streamState) (re
 	if err != nil {
 		return resumePlan{}, err
 	}
+	var fence pointer
+	if d.cluster != nil {
+		fence = d.store.latestPointer(ctx, pl.cfg.Name)
+	}
 	var chosen, foreign *Checkpoint
 	var from, foreignFrom string
 	var failed []error
 	for _, src := range sources {
-		c, err := pl.tryRestore(src, st)
+		c, err := pl.tryRestore(src, st, fence)
 		if err != nil {
 			d.skipCheckpoint(pl, src.from, err)
 			failed = append(failed, fmt.Errorf("%s: %w", src.from, err))
@@ -207,7 +233,11 @@ func (d *Daemon) restore(ctx context.Context, pl *pipeline, st *streamState) (re
 // tryRestore reads, decodes, checks and restores one checkpoint; on error
 // the pipeline is unchanged. A checkpoint of an instance of the stream st
 // created after st is not of its past (copied or planted): it is refused.
-func (pl *pipeline) tryRestore(src checkpointSource, st *streamState) (*Checkpoint, error) {
+//
+// In cluster mode, a checkpoint of an epoch older than the latest
+// pointer's and of a later version than the pointer's was stored by an
+// owner after it had lost its lease: it is refused.
+func (pl *pipeline) tryRestore(src checkpointSource, st *streamState, fence pointer) (*Checkpoint, error) {
 	data, err := src.read()
 	if err != nil {
 		return nil, fmt.Errorf("%w: reading it: %v", ErrCheckpoint, err)
@@ -215,6 +245,10 @@ func (pl *pipeline) tryRestore(src checkpointSource, st *streamState) (*Checkpoi
 	c, err := DecodeCheckpoint(data)
 	if err != nil {
 		return nil, err
+	}
+	if c.Epoch < fence.Epoch && c.ModelVersion > fence.Version {
+		return nil, fmt.Errorf("%w: written in epoch %d after epoch %d began (the latest pointer: version %d): its owner had lost its lease",
+			ErrCheckpoint, c.Epoch, fence.Epoch, fence.Version)
 	}
 	if st != nil && c.Stream == st.name && c.StreamCreated.After(st.created) {
 		return nil, fmt.Errorf("%w: it read an instance of stream %s created %s, after the current one (%s)",

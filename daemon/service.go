@@ -50,14 +50,25 @@ func (d *Daemon) addService() (micro.Service, error) {
 			return nil, err
 		}
 	}
-	for _, e := range []struct {
+	endpoints := []struct {
 		name, subject string
 		h             micro.HandlerFunc
 	}{
 		{"reload", d.cfg.Subject("control.reload"), d.handleReload},
 		{"checkpoint", d.cfg.Subject("control.checkpoint"), d.handleCheckpoint},
 		{"status", d.cfg.Subject("status"), d.handleStatus},
-	} {
+	}
+	if c := d.cluster; c != nil {
+		// Any daemon answers the shared subjects; these reach this one.
+		endpoints = append(endpoints, []struct {
+			name, subject string
+			h             micro.HandlerFunc
+		}{
+			{"reload-" + c.self.Name, d.cfg.Subject("control.reload." + c.self.Name), d.handleReload},
+			{"checkpoint-" + c.self.Name, d.checkpointSubject(c.self.Name), d.handleCheckpoint},
+		}...)
+	}
+	for _, e := range endpoints {
 		if err := svc.AddEndpoint(e.name, e.h, micro.WithEndpointSubject(e.subject)); err != nil {
 			svc.Stop()
 			return nil, err
@@ -87,6 +98,9 @@ func (pl *pipeline) embed(encoders map[*pipeline]*encoder, h nats.Header, data [
 	o := enc.encode([]sample{s})[0]
 	o.version = snap.version
 	m := encodeOutput(&snap.cfg, "", &o)
+	if c := pl.d.cluster; c != nil {
+		m.Header.Set(HeaderDaemon, c.self.Name)
+	}
 	return queryReply{data: m.Data, header: m.Header}
 }
 
@@ -255,14 +269,31 @@ func firstLine(s string) string {
 	return line
 }
 
+// checkpointSubject is the checkpoint endpoint of one daemon of a cluster.
+func (d *Daemon) checkpointSubject(daemon string) string {
+	return d.fixed.Subject("control.checkpoint." + daemon)
+}
+
 // handleCheckpoint writes a checkpoint of every pipeline now, or of the one
-// named in the request body.
+// named in the request body. In cluster mode a pipeline another daemon
+// owns is checkpointed by its owner: the request is passed on to it.
 func (d *Daemon) handleCheckpoint(req micro.Request) {
 	want := strings.TrimSpace(string(req.Data()))
 	var infos []*checkpointInfo
 	for _, pl := range d.pipelines {
 		if want != "" && want != pl.name {
 			continue
+		}
+		if c := d.cluster; c != nil && req.Subject() != d.checkpointSubject(c.self.Name) {
+			if l := pl.lease.Load(); l == nil || l.Owner != c.self.Name {
+				passed, err := d.passCheckpoint(pl.name, l)
+				if err != nil {
+					req.Error("503", err.Error(), nil)
+					return
+				}
+				infos = append(infos, passed...)
+				continue
+			}
 		}
 		r := checkpointRequest{done: make(chan checkpointResult, 1)}
 		select {
@@ -283,6 +314,25 @@ func (d *Daemon) handleCheckpoint(req micro.Request) {
 		return
 	}
 	req.RespondJSON(infos)
+}
+
+// passCheckpoint asks the owner l of a pipeline for its checkpoint.
+func (d *Daemon) passCheckpoint(pipeline string, l *Lease) ([]*checkpointInfo, error) {
+	if l == nil {
+		return nil, fmt.Errorf("pipeline %s has no owner at the moment", pipeline)
+	}
+	msg, err := d.nc.Request(d.checkpointSubject(l.Owner), []byte(pipeline), 30*time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("asking %s, the owner of %s: %v", l.Owner, pipeline, err)
+	}
+	if e := msg.Header.Get(micro.ErrorHeader); e != "" {
+		return nil, fmt.Errorf("%s, the owner of %s: %s", l.Owner, pipeline, e)
+	}
+	var infos []*checkpointInfo
+	if err := json.Unmarshal(msg.Data, &infos); err != nil {
+		return nil, fmt.Errorf("%s, the owner of %s: %v", l.Owner, pipeline, err)
+	}
+	return infos, nil
 }
 
 // PipelineStatus is one pipeline's entry in the status reply.
@@ -309,6 +359,17 @@ type PipelineStatus struct {
 	// Queries counts the embed and neighbours queries and their latency.
 	Queries QueryStatus    `json:"queries"`
 	Model   map[string]any `json:"model"`
+	// In cluster mode: the daemon that owns the pipeline ("" while none
+	// does) and its lease epoch, and whether the answering daemon is the
+	// owner or a standby. A standby reports the owner's model version,
+	// last sequence, backlog and health (from the lease), and the
+	// counters and model of the newest checkpoint, which it serves.
+	Owner string `json:"owner,omitempty"`
+	Epoch uint64 `json:"epoch,omitempty"`
+	Role  string `json:"role,omitempty"`
+	// ServedVersion is the model version this daemon answers queries
+	// with.
+	ServedVersion uint64 `json:"served_version"`
 }
 
 // Status is the reply of the status endpoint.
@@ -319,6 +380,10 @@ type Status struct {
 	// (its disk was full); empty while it runs.
 	JetStream string           `json:"jetstream,omitempty"`
 	Pipelines []PipelineStatus `json:"pipelines"`
+	// Daemon is the answering daemon's name and Members the live daemons,
+	// in cluster mode.
+	Daemon  string   `json:"daemon,omitempty"`
+	Members []Member `json:"members,omitempty"`
 }
 
 // Status reports every pipeline's counters and model.
@@ -328,6 +393,9 @@ func (d *Daemon) Status() Status {
 	d.mu.Unlock()
 	if why := d.storage.Load(); why != nil {
 		st.JetStream = *why
+	}
+	if c := d.cluster; c != nil {
+		st.Daemon, st.Members = c.self.Name, *c.live.Load()
 	}
 	for _, pl := range d.pipelines {
 		snap := pl.snap.Load()
@@ -340,6 +408,18 @@ func (d *Daemon) Status() Status {
 			Checkpoints: c.Checkpoints, Rollbacks: c.Rollbacks,
 		}
 		ps.ModelVersion = snap.version
+		ps.ServedVersion = snap.version
+		if c := d.cluster; c != nil {
+			ps.Role = "standby"
+			if l := pl.lease.Load(); l != nil {
+				ps.Owner, ps.Epoch = l.Owner, l.Epoch
+				if l.Owner == c.self.Name {
+					ps.Role = "owner"
+				} else {
+					ps.ModelVersion, ps.LastSeq, ps.Backlog, ps.Health = l.ModelVersion, l.LastSeq, l.Backlog, l.Health
+				}
+			}
+		}
 		if d.queries != nil {
 			ps.Queries = d.queries.stats[pl].status()
 		}

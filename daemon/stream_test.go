@@ -282,7 +282,7 @@ func TestCorruptStoredCheckpointFallsBack(t *testing.T) {
 	good := must(checkpointFiles(d.checkpointDir("digits")))
 	// Plant a corrupt object of a higher version.
 	bad := []byte("SMTDCKPT garbage that is no checkpoint at all")
-	if _, err := d.store.put(context.Background(), "digits", checkpointName("digits", 1<<40), bad, 10); err != nil {
+	if _, err := d.store.put(context.Background(), "digits", checkpointName("digits", 0, 1<<40), bad, 10, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.Shutdown(context.Background()); err != nil {
@@ -405,7 +405,7 @@ func writeCheckpoint(t testing.TB, cfg *config.Config, c *Checkpoint) {
 	if err := encodeCheckpoint(&b, c); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := writeCheckpointFile(dir, checkpointName(c.Pipeline, c.ModelVersion), b.Bytes(), 3); err != nil {
+	if _, err := writeCheckpointFile(dir, checkpointName(c.Pipeline, 0, c.ModelVersion), b.Bytes(), 3); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -446,8 +446,8 @@ func TestPlantedCheckpointRefused(t *testing.T) {
 func TestCheckpointVersion(t *testing.T) {
 	t.Parallel()
 	for _, v := range []uint64{0, 7, 8, 65, 79, 1 << 40} {
-		if got := checkpointVersion("/x/digits-2/" + checkpointName("digits-2", v)); got != v {
-			t.Errorf("version of %s: %d", checkpointName("digits-2", v), got)
+		if got := checkpointVersion("/x/digits-2/" + checkpointName("digits-2", 0, v)); got != v {
+			t.Errorf("version of %s: %d", checkpointName("digits-2", 0, v), got)
 		}
 	}
 }

@@ -1,0 +1,532 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"gopkg.in/yaml.v3"
+
+	"github.com/smtd/smtd/config"
+)
+
+// natsCluster starts n nats-server nodes with JetStream in this process,
+// routed to each other on loopback ports, and returns them with the
+// comma-separated list of their client URLs once JetStream has a leader.
+func natsCluster(t testing.TB, n int) ([]*server.Server, string) {
+	t.Helper()
+	ports := make([]int, n)
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+		l.Close()
+	}
+	var routes []string
+	for _, p := range ports {
+		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
+	}
+	servers := make([]*server.Server, n)
+	var urls []string
+	for i := range servers {
+		servers[i] = startNATS(t, func(o *server.Options) {
+			o.ServerName = fmt.Sprintf("n%d", i+1)
+			o.Cluster = server.ClusterOpts{Name: "smtd-test", Host: "127.0.0.1", Port: ports[i]}
+			o.Routes = server.RoutesFromStr(strings.Join(routes, ","))
+		})
+		urls = append(urls, servers[i].ClientURL())
+	}
+	url := strings.Join(urls, ",")
+	nc := connect(t, url)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "a JetStream meta leader", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err := js.AccountInfo(ctx)
+		return err == nil
+	})
+	return servers, url
+}
+
+// lockedBuffer collects a child's logs while the test reads them.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// childDaemon is a daemon in a process of its own (the test binary, see
+// TestMain), so that it can be killed and frozen with signals.
+type childDaemon struct {
+	name string
+	dir  string // its data_dir
+	path string // its config file
+	cmd  *exec.Cmd
+	log  lockedBuffer
+}
+
+func newChildDaemon(t testing.TB, cfg *config.Config) *childDaemon {
+	t.Helper()
+	c := &childDaemon{name: cfg.Cluster.Name, dir: cfg.DataDir, path: filepath.Join(t.TempDir(), cfg.Cluster.Name+".yaml")}
+	data, err := yaml.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(c.path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c.start(t)
+	t.Cleanup(func() {
+		c.cmd.Process.Signal(syscall.SIGCONT)
+		c.cmd.Process.Kill()
+		c.cmd.Wait()
+		if t.Failed() {
+			t.Logf("logs of %s:\n%s", c.name, c.log.String())
+		}
+	})
+	return c
+}
+
+func (c *childDaemon) start(t testing.TB) {
+	t.Helper()
+	c.cmd = exec.Command(os.Args[0], "-test.run=^$")
+	c.cmd.Env = append(os.Environ(), childConfigEnv+"="+c.path)
+	c.cmd.Stderr = &c.log
+	if err := c.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (c *childDaemon) signal(t testing.TB, sig syscall.Signal) {
+	t.Helper()
+	if err := c.cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+	if sig == syscall.SIGKILL {
+		c.cmd.Wait()
+	}
+}
+
+// clusterPipelineStatus asks any daemon of the cluster for a pipeline's
+// status; ok is false if none answered in time.
+func clusterPipelineStatus(nc *nats.Conn, prefix, pipeline string) (PipelineStatus, bool) {
+	m, err := nc.Request(prefix+".status", nil, 500*time.Millisecond)
+	if err != nil {
+		return PipelineStatus{}, false
+	}
+	var st Status
+	if json.Unmarshal(m.Data, &st) != nil {
+		return PipelineStatus{}, false
+	}
+	for _, p := range st.Pipelines {
+		if p.Name == pipeline {
+			return p, true
+		}
+	}
+	return PipelineStatus{}, false
+}
+
+// storedCheckpoint reads the checkpoint the latest pointer of a pipeline
+// names in the cluster's object store.
+func storedCheckpoint(t testing.TB, js jetstream.JetStream, pipeline string) (*Checkpoint, pointer) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := js.KeyValue(ctx, latestBucket)
+	if err != nil {
+		return nil, pointer{}
+	}
+	e, err := kv.Get(ctx, pipeline)
+	if err != nil {
+		return nil, pointer{}
+	}
+	p := parsePointer(e.Value())
+	obj, err := js.ObjectStore(ctx, checkpointBucket)
+	if err != nil || p.Object == "" {
+		return nil, p
+	}
+	data, err := obj.GetBytes(ctx, p.Object)
+	if err != nil {
+		return nil, p
+	}
+	c, err := DecodeCheckpoint(data)
+	if err != nil {
+		t.Fatalf("%s: %v", p.Object, err)
+	}
+	return c, p
+}
+
+// finalCheckpoint waits until the pipeline has applied all n messages,
+// asks its owner (through any daemon) for a checkpoint, and returns it
+// from the object store.
+func finalCheckpoint(t testing.TB, nc *nats.Conn, js jetstream.JetStream, pipeline string, n int) *Checkpoint {
+	t.Helper()
+	waitFor(t, 3*time.Minute, "every message applied", func() bool {
+		st, _ := clusterPipelineStatus(nc, "cl", pipeline)
+		return st.LastSeq == uint64(n)
+	})
+	var got *Checkpoint
+	waitFor(t, time.Minute, "the final checkpoint", func() bool {
+		if got, _ = storedCheckpoint(t, js, pipeline); got != nil && got.LastSeq == uint64(n) {
+			return true
+		}
+		m, err := nc.Request("cl.control.checkpoint", []byte(pipeline), 10*time.Second)
+		if err == nil && m.Header.Get("Nats-Service-Error") != "" {
+			t.Logf("checkpoint request: %s", m.Header.Get("Nats-Service-Error"))
+		}
+		return false
+	})
+	return got
+}
+
+// clusterPipeline is the deterministic pipeline of the cluster tests.
+func clusterPipeline(name, subject string) config.Pipeline {
+	p := digitsPipeline(name, subject, 32)
+	p.Deterministic = true
+	p.Seed = 7
+	p.Batch.Size = 20
+	return p
+}
+
+// referenceModel learns a recorded stream with one uninterrupted daemon
+// of its own and returns its last checkpoint.
+func referenceModel(t testing.TB, p config.Pipeline, stream string) (*Checkpoint, int) {
+	t.Helper()
+	ns := startNATS(t)
+	cfg := testConfig(t, p)
+	cfg.NATS.URL = ns.ClientURL()
+	cfg.Service.Name, cfg.Service.Prefix = "smtd-ref", "ref"
+	cfg.Checkpoint.EverySamples = 100
+	d := startDaemon(t, cfg)
+	n := replayFile(t, connect(t, ns.ClientURL()), stream, p.Input.Subject)
+	waitFor(t, 2*time.Minute, "reference run", func() bool { return pipelineStatus(d, p.Name).LastSeq == uint64(n) })
+	if err := d.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return lastCheckpoint(t, cfg, p.Name), n
+}
+
+// sameModel fails the test unless got holds the model of want, bit for
+// bit, after as many messages.
+func sameModel(t testing.TB, got, want *Checkpoint) {
+	t.Helper()
+	if got.Samples != want.Samples || got.ModelVersion != want.ModelVersion || got.LastSeq != want.LastSeq {
+		t.Errorf("%d samples, version %d, seq %d; uninterrupted: %d, %d, %d",
+			got.Samples, got.ModelVersion, got.LastSeq, want.Samples, want.ModelVersion, want.LastSeq)
+	}
+	if !bytes.Equal(got.RNG, want.RNG) {
+		t.Error("random source state differs")
+	}
+	if len(got.Sections) != len(want.Sections) {
+		t.Fatalf("%d sections, want %d", len(got.Sections), len(want.Sections))
+	}
+	for i := range want.Sections {
+		if !bytes.Equal(got.Sections[i].Data, want.Sections[i].Data) {
+			t.Errorf("section %s differs from the uninterrupted run's", want.Sections[i].Name)
+		}
+	}
+}
+
+// clusterConfig is the config of daemon name of a test cluster.
+func clusterConfig(t testing.TB, url, name string, replicas int, p config.Pipeline) *config.Config {
+	cfg := testConfig(t, p)
+	cfg.NATS.URL = url
+	cfg.NATS.Replicas = replicas
+	cfg.Service.Name, cfg.Service.Prefix = "smtd-cl", "cl"
+	cfg.Checkpoint.EverySamples = 100
+	cfg.Log.Level = "info"
+	cfg.Cluster = config.Cluster{Enabled: true, Name: name, LeaseTTL: 2 * time.Second}
+	return cfg
+}
+
+// Takeover: three daemons on a 3-node JetStream cluster (R3) learn a
+// recorded stream while the owner of the pipeline is killed with SIGKILL,
+// then a NATS node is shut down, then the new owner is killed. Each time
+// a standby takes the lease over and continues after the newest
+// checkpoint in the object store. The final model equals an uninterrupted
+// run's bit for bit, every message is applied exactly once, and the
+// output stream holds one output per input.
+func TestTakeoverAfterKills(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a NATS cluster and daemon processes")
+	}
+	const stream = "mnist-train-1000.smtdrec"
+	p := clusterPipeline("kid", "cluster.kid")
+	p.Output.Transport = config.JetStream
+	want, n := referenceModel(t, clusterPipeline("ref", "cluster.ref"), stream)
+	want.Pipeline = "kid"
+
+	servers, url := natsCluster(t, 3)
+	nc := connect(t, url)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	daemons := map[string]*childDaemon{}
+	for _, name := range []string{"d1", "d2", "d3"} {
+		daemons[name] = newChildDaemon(t, clusterConfig(t, url, name, 3, p))
+	}
+	status := func() PipelineStatus {
+		st, _ := clusterPipelineStatus(nc, "cl", "kid")
+		return st
+	}
+	waitFor(t, time.Minute, "an owner and its input stream", func() bool { return status().Owner != "" && streamExists(js, p.StreamName()) })
+	if got := replayFile(t, nc, stream, "cluster.kid"); got != n {
+		t.Fatalf("replayed %d of %d", got, n)
+	}
+
+	takeover := func(at uint64) {
+		t.Helper()
+		var st PipelineStatus
+		waitFor(t, 2*time.Minute, fmt.Sprintf("past seq %d", at), func() bool { st = status(); return st.LastSeq >= at })
+		owner := daemons[st.Owner]
+		owner.signal(t, syscall.SIGKILL)
+		killed := time.Now()
+		var next PipelineStatus
+		waitFor(t, time.Minute, "a new owner", func() bool {
+			next = status()
+			return next.Owner != "" && next.Owner != owner.name && next.Epoch > st.Epoch
+		})
+		t.Logf("%s (epoch %d) killed after seq %d; %s (epoch %d) took over in %v", owner.name, st.Epoch, st.LastSeq, next.Owner, next.Epoch, time.Since(killed).Round(time.Millisecond))
+	}
+	takeover(uint64(n) / 4)
+	waitFor(t, 2*time.Minute, "past half the stream", func() bool { return status().LastSeq >= uint64(n)/2 })
+	servers[0].Shutdown()
+	t.Log("NATS node n1 shut down")
+	takeover(3 * uint64(n) / 4)
+
+	got := finalCheckpoint(t, nc, js, "kid", n)
+	sameModel(t, got, want)
+	if c := got.Counters; c.Received != int64(n) || c.Learned != int64(n) || c.Rejected != 0 || c.NotLearned != 0 {
+		t.Errorf("counters %+v: want every one of %d messages received and learned once", c, n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := js.Stream(ctx, p.OutputStreamName())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := out.CachedInfo().State.Msgs; got != uint64(n) {
+		t.Errorf("output stream holds %d outputs, want one per input (%d)", got, n)
+	}
+	restored := 0
+	for _, d := range daemons {
+		restored += strings.Count(d.log.String(), "checkpoint restored")
+		if strings.Contains(d.log.String(), filepath.Join(d.dir, "checkpoints")) {
+			t.Errorf("%s restored a checkpoint from its disk", d.name)
+		}
+	}
+	if restored < 2 {
+		t.Errorf("%d takeovers restored a checkpoint, want 2", restored)
+	}
+}
+
+// Fencing: an owner frozen with SIGSTOP past its lease's TTL loses the
+// pipeline to a standby; resumed, it steps down without storing a
+// checkpoint, moving the latest pointer or acknowledging input, and the
+// model still ends equal to an uninterrupted run's.
+func TestFencingFrozenOwner(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs daemon processes")
+	}
+	const stream = "mnist-train-1000.smtdrec"
+	p := clusterPipeline("kid", "fence.kid")
+	want, n := referenceModel(t, clusterPipeline("ref", "fence.ref"), stream)
+	want.Pipeline = "kid"
+
+	ns := startNATS(t)
+	nc := connect(t, ns.ClientURL())
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	daemons := map[string]*childDaemon{}
+	for _, name := range []string{"a", "b"} {
+		daemons[name] = newChildDaemon(t, clusterConfig(t, ns.ClientURL(), name, 1, p))
+	}
+	status := func() PipelineStatus {
+		st, _ := clusterPipelineStatus(nc, "cl", "kid")
+		return st
+	}
+	waitFor(t, time.Minute, "an owner and its input stream", func() bool { return status().Owner != "" && streamExists(js, p.StreamName()) })
+	if got := replayFile(t, nc, stream, "fence.kid"); got != n {
+		t.Fatalf("replayed %d of %d", got, n)
+	}
+	var st PipelineStatus
+	waitFor(t, 2*time.Minute, "past seq 200", func() bool { st = status(); return st.LastSeq >= 200 })
+	frozen := daemons[st.Owner]
+	frozen.signal(t, syscall.SIGSTOP)
+	t.Logf("%s (epoch %d) frozen after seq %d", frozen.name, st.Epoch, st.LastSeq)
+	var next PipelineStatus
+	waitFor(t, time.Minute, "a new owner", func() bool {
+		next = status()
+		return next.Owner != "" && next.Owner != frozen.name && next.Epoch > st.Epoch
+	})
+	// The successor has claimed the latest pointer.
+	waitFor(t, time.Minute, "the pointer claimed", func() bool {
+		_, ptr := storedCheckpoint(t, js, "kid")
+		return ptr.Epoch >= next.Epoch
+	})
+	before := checkpointObjects(t, js)
+	frozen.signal(t, syscall.SIGCONT)
+	waitFor(t, time.Minute, "the old owner to step down", func() bool {
+		return strings.Contains(frozen.log.String(), "lease lost: stepped down without writing")
+	})
+
+	got := finalCheckpoint(t, nc, js, "kid", n)
+	_, ptr := storedCheckpoint(t, js, "kid")
+	for name := range checkpointObjects(t, js) {
+		if checkpointEpoch(name) == st.Epoch && !before[name] {
+			t.Errorf("the fenced owner stored %s after it resumed", name)
+		}
+	}
+	if ptr.Epoch == st.Epoch {
+		t.Errorf("the latest pointer carries the fenced owner's epoch %d", st.Epoch)
+	}
+	sameModel(t, got, want)
+	if c := got.Counters; c.Received != int64(n) || c.Learned != int64(n) {
+		t.Errorf("counters %+v: want every one of %d messages received and learned once", c, n)
+	}
+}
+
+func streamExists(js jetstream.JetStream, name string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, name)
+	return err == nil && (s.CachedInfo().Cluster == nil || s.CachedInfo().Cluster.Leader != "")
+}
+
+// checkpointObjects lists the objects of the checkpoint store.
+func checkpointObjects(t testing.TB, js jetstream.JetStream) map[string]bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	obj, err := js.ObjectStore(ctx, checkpointBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	infos, err := obj.List(ctx)
+	if err != nil && err != jetstream.ErrNoObjectsFound {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, in := range infos {
+		names[in.Name] = true
+	}
+	return names
+}
+
+// Placement: pipelines spread over the live daemons, a pipeline pinned by
+// labels is owned only by a daemon that carries them, and a daemon that
+// stops cleanly hands its pipelines over at once.
+func TestClusterPlacement(t *testing.T) {
+	ns := startNATS(t)
+	nc := connect(t, ns.ClientURL())
+	var pipelines []config.Pipeline
+	for i := range 6 {
+		p := digitsPipeline(fmt.Sprintf("p%d", i), fmt.Sprintf("place.p%d", i), 8)
+		p.SMT.Dim = 0
+		pipelines = append(pipelines, p)
+	}
+	pipelines[0].Placement = []string{"gpu"}
+	start := func(name string, labels ...string) *Daemon {
+		cfg := clusterConfig(t, ns.ClientURL(), name, 1, pipelines[0])
+		cfg.Pipelines = pipelines
+		cfg.Cluster.Labels = labels
+		cfg.Log.Level = "warn"
+		return startDaemon(t, cfg)
+	}
+	a := start("a")
+	b := start("b", "gpu")
+	owners := func() map[string]string {
+		m := map[string]string{}
+		for _, d := range []*Daemon{a, b} {
+			for _, p := range d.Status().Pipelines {
+				if p.Role == "owner" {
+					m[p.Name] = d.cluster.self.Name
+				}
+			}
+		}
+		return m
+	}
+	waitFor(t, time.Minute, "every pipeline owned, by both daemons", func() bool {
+		o := owners()
+		count := map[string]int{}
+		for _, d := range o {
+			count[d]++
+		}
+		return len(o) == len(pipelines) && count["a"] > 0 && count["b"] > 0
+	})
+	if o := owners(); o["p0"] != "b" {
+		t.Errorf("p0 (placement gpu) is owned by %q, want b", o["p0"])
+	}
+	st, ok := clusterPipelineStatus(nc, "cl", "p1")
+	if !ok || st.Owner == "" || st.Epoch == 0 {
+		t.Errorf("status of p1 from any daemon: %+v", st)
+	}
+	// a stops: b owns everything but p0's placement is kept.
+	released := time.Now()
+	a.Shutdown(context.Background())
+	waitFor(t, time.Minute, "b owns every pipeline", func() bool { return len(owners()) == len(pipelines) })
+	t.Logf("a's pipelines taken over %v after its shutdown", time.Since(released).Round(time.Millisecond))
+}
+
+// The deployment in deploy/ is consistent: three NATS nodes routed to each
+// other, and three daemons in cluster mode with distinct names that reach
+// all three nodes and replicate on all three.
+func TestDeployFiles(t *testing.T) {
+	var clientURLs []string
+	for i := 1; i <= 3; i++ {
+		opts, err := server.ProcessConfigFile(filepath.Join("..", "deploy", fmt.Sprintf("nats-%d.conf", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(opts.Routes) != 3 || opts.Cluster.Name != "smtd" || opts.StoreDir == "" {
+			t.Errorf("nats-%d.conf: routes %v, cluster %q, store %q", i, opts.Routes, opts.Cluster.Name, opts.StoreDir)
+		}
+		clientURLs = append(clientURLs, fmt.Sprintf("nats://%s:%d", opts.Host, opts.Port))
+	}
+	names := map[string]bool{}
+	for i := 1; i <= 3; i++ {
+		cfg, err := config.Load(filepath.Join("..", "deploy", fmt.Sprintf("smtd-%d.yaml", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !cfg.Cluster.Enabled || cfg.NATS.Replicas != 3 || cfg.NATS.URL != strings.Join(clientURLs, ",") {
+			t.Errorf("smtd-%d.yaml: cluster %+v, replicas %d, url %q (nodes at %v)", i, cfg.Cluster, cfg.NATS.Replicas, cfg.NATS.URL, clientURLs)
+		}
+		names[cfg.Cluster.Name] = true
+	}
+	if len(names) != 3 {
+		t.Errorf("daemon names %v are not distinct", names)
+	}
+}
