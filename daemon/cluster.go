@@ -144,12 +144,12 @@ func (t *term) movePointer(ctx context.Context, kv jetstream.KeyValue, pipeline,
 
 // cluster is a daemon's part in cluster mode.
 type cluster struct {
-	d        *Daemon
-	self     Member
-	ttl      time.Duration
-	leases   jetstream.KeyValue
-	members  jetstream.KeyValue
-	live     atomic.Pointer[[]Member] // the members last read, by name
+	d       *Daemon
+	self    Member
+	ttl     time.Duration
+	leases  jetstream.KeyValue
+	members jetstream.KeyValue
+	live    atomic.Pointer[[]Member] // the members last read, by name
 	// seen is when this daemon first saw each live member (since it
 	// last disappeared): a daemon frozen and resumed counts as new.
 	// Owned by readMembers' callers (start, then heartbeat).

@@ -52,7 +52,7 @@ type Daemon struct {
 	store  *checkpointStore // nil when disabled or unavailable
 	// cluster is this daemon's part in cluster mode; nil outside it.
 	cluster *cluster
-	svc    micro.Service
+	svc     micro.Service
 	// queries serves the embed and neighbours endpoints; nil until the
 	// service is added.
 	queries *queryPool

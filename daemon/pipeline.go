@@ -655,7 +655,7 @@ type checkpointInfo struct {
 	Object   string `json:"object,omitempty"`
 	// Epoch is the owner's lease epoch in cluster mode.
 	Epoch uint64 `json:"epoch,omitempty"`
-	Bytes    int    `json:"bytes"`
+	Bytes int    `json:"bytes"`
 }
 
 // checkpoint writes the pipeline's state to disk and, if configured, to the
