@@ -223,6 +223,16 @@ type queryLoad struct {
 	rate                                   float64 // achieved send rate
 	sent, answered, busy, errors, timeouts int
 	answerLat, busyLat                     []time.Duration
+	// sentAt and outcome are each query's, in the order sent.
+	sentAt  []time.Time
+	outcome []queryOutcome
+}
+
+// queryOutcome is how one query ended: kind 'a' answer, 'b' busy, 'e'
+// error, 0 no reply; lat is the time to the reply.
+type queryOutcome struct {
+	kind byte
+	lat  time.Duration
 }
 
 // sendQueries sends embed queries of the test images on subject open-loop
@@ -302,8 +312,13 @@ func sendQueries(ctx context.Context, nc *nats.Conn, subject string, test *datas
 	}
 	mu.Lock()
 	defer mu.Unlock()
+	l.sentAt = sentAt
+	l.outcome = make([]queryOutcome, total)
 	for i := range total {
 		lat := gotAt[i].Sub(sentAt[i])
+		if !gotAt[i].IsZero() {
+			l.outcome[i] = queryOutcome{kind[i], lat}
+		}
 		switch {
 		case gotAt[i].IsZero() || lat > timeout:
 			l.timeouts++

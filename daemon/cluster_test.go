@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,49 +20,19 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/smtd/smtd/config"
+	"github.com/smtd/smtd/internal/natscluster"
 )
 
 // natsCluster starts n nats-server nodes with JetStream in this process,
-// routed to each other on loopback ports, and returns them with the
-// comma-separated list of their client URLs once JetStream has a leader.
+// routed on loopback ports, and returns them with their client URLs.
 func natsCluster(t testing.TB, n int) ([]*server.Server, string) {
 	t.Helper()
-	ports := make([]int, n)
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-		l.Close()
-	}
-	var routes []string
-	for _, p := range ports {
-		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
-	}
-	servers := make([]*server.Server, n)
-	var urls []string
-	for i := range servers {
-		servers[i] = startNATS(t, func(o *server.Options) {
-			o.ServerName = fmt.Sprintf("n%d", i+1)
-			o.Cluster = server.ClusterOpts{Name: "smtd-test", Host: "127.0.0.1", Port: ports[i]}
-			o.Routes = server.RoutesFromStr(strings.Join(routes, ","))
-		})
-		urls = append(urls, servers[i].ClientURL())
-	}
-	url := strings.Join(urls, ",")
-	nc := connect(t, url)
-	js, err := jetstream.New(nc)
+	c, err := natscluster.Start(t.TempDir(), n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, time.Minute, "a JetStream meta leader", func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_, err := js.AccountInfo(ctx)
-		return err == nil
-	})
-	return servers, url
+	t.Cleanup(c.Shutdown)
+	return c.Servers, c.URL
 }
 
 // lockedBuffer collects a child's logs while the test reads them.

@@ -544,6 +544,9 @@ func (pl *pipeline) publishOutputs(ctx context.Context, outs []output) {
 		outs[i].version = pl.version
 		outs[i].subject = pl.cfg.Input.Subject
 		m := encodeOutput(&pl.cfg, pl.cfg.Output.Subject, &outs[i])
+		if c := pl.d.cluster; c != nil {
+			m.Header.Set(HeaderDaemon, c.self.Name)
+		}
 		if pl.cfg.Output.Transport != config.JetStream {
 			if err := pl.d.nc.PublishMsg(m); err != nil {
 				pl.log.Warn().Err(err).Msg("publishing output")

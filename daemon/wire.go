@@ -34,8 +34,9 @@ const (
 	HeaderSourceSubj   = "Smtd-Source-Subject"
 	HeaderSourceSeq    = "Smtd-Source-Seq" // output: the input's stream sequence
 	HeaderError        = "Smtd-Error"      // embed reply: why the request was refused
-	// HeaderDaemon names, in cluster mode, the daemon whose model answered
-	// an embed request (with the model version in HeaderModelVersion).
+	// HeaderDaemon names, in cluster mode, the daemon whose model made an
+	// output or answered an embed request (with the model version in
+	// HeaderModelVersion).
 	HeaderDaemon = "Smtd-Daemon"
 )
 

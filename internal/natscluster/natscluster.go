@@ -1,0 +1,101 @@
+// Package natscluster starts a NATS cluster with JetStream inside the
+// calling process: nodes routed to each other on loopback ports, as the
+// cluster tests and benchmarks of smtd run it.
+package natscluster
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Cluster is a running cluster.
+type Cluster struct {
+	Servers []*server.Server
+	// URL lists every node's client URL, comma-separated, as nats.url
+	// and nats.Connect take it.
+	URL string
+}
+
+// Start starts n nodes storing under dir/n1, dir/n2, ... and returns once
+// JetStream answers (it has a meta leader), or within a minute an error.
+func Start(dir string, n int) (*Cluster, error) {
+	ports := make([]int, n)
+	var routes []string
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", ports[i]))
+	}
+	c := &Cluster{}
+	var urls []string
+	for i := range n {
+		name := fmt.Sprintf("n%d", i+1)
+		s, err := server.NewServer(&server.Options{
+			ServerName: name, Host: "127.0.0.1", Port: -1, NoSigs: true,
+			JetStream: true, StoreDir: filepath.Join(dir, name),
+			Cluster: server.ClusterOpts{Name: "smtd", Host: "127.0.0.1", Port: ports[i]},
+			Routes:  server.RoutesFromStr(strings.Join(routes, ",")),
+		})
+		if err != nil {
+			c.Shutdown()
+			return nil, err
+		}
+		go s.Start()
+		if !s.ReadyForConnections(10 * time.Second) {
+			c.Shutdown()
+			return nil, fmt.Errorf("natscluster: node %s did not start", name)
+		}
+		c.Servers = append(c.Servers, s)
+		urls = append(urls, s.ClientURL())
+	}
+	c.URL = strings.Join(urls, ",")
+	if err := c.waitJetStream(time.Minute); err != nil {
+		c.Shutdown()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Cluster) waitJetStream(timeout time.Duration) error {
+	nc, err := nats.Connect(c.URL)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := js.AccountInfo(ctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("natscluster: JetStream has no leader after %v: %w", timeout, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// Shutdown stops every node that runs.
+func (c *Cluster) Shutdown() {
+	for _, s := range c.Servers {
+		s.Shutdown()
+	}
+}
