@@ -42,6 +42,13 @@ func TestLoadFiles(t *testing.T) {
 			"query-pool.bad.yaml:2: service.query_workers: must be in 0..1024 (0: GOMAXPROCS), got -1",
 			"query-pool.bad.yaml:3: service.query_queue: must be in 1..1048576, got 0",
 		}},
+		{file: "cluster.good.yaml"},
+		{file: "cluster-embedded.bad.yaml", wantErr: []string{
+			"cluster-embedded.bad.yaml:2: nats.replicas: must be 1 with the embedded server",
+			"cluster-embedded.bad.yaml:6: cluster.lease_ttl: must be in 1s..5m, got 100ms",
+			`cluster-embedded.bad.yaml:5: cluster.name: must be one subject token of letters, digits, '-' and '_', got "d.1"`,
+			"cluster-embedded.bad.yaml:4: cluster.enabled: needs nats.url",
+		}},
 		{file: "open-listen.good.yaml"},
 		{file: "nkey-users.good.yaml"},
 		{file: "open-listen.bad.yaml", wantErr: []string{`open-listen.bad.yaml:3: nats.listen: "0.0.0.0:4222" is beyond the loopback interface and nats.users is empty: anyone who reaches it could reload, checkpoint, delete streams and plant checkpoints; add nats.users, or set nats.allow_unauthenticated: true`}},
