@@ -63,9 +63,9 @@ type childDaemon struct {
 	log  lockedBuffer
 }
 
-func newChildDaemon(t testing.TB, cfg *config.Config) *childDaemon {
+func newChildDaemon(t testing.TB, name string, cfg *config.Config) *childDaemon {
 	t.Helper()
-	c := &childDaemon{name: cfg.Cluster.Name, dir: cfg.DataDir, path: filepath.Join(t.TempDir(), cfg.Cluster.Name+".yaml")}
+	c := &childDaemon{name: name, dir: cfg.DataDir, path: filepath.Join(t.TempDir(), name+".yaml")}
 	data, err := yaml.Marshal(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -262,7 +262,7 @@ func TestTakeoverAfterKills(t *testing.T) {
 	}
 	daemons := map[string]*childDaemon{}
 	for _, name := range []string{"d1", "d2", "d3"} {
-		daemons[name] = newChildDaemon(t, clusterConfig(t, url, name, 3, p))
+		daemons[name] = newChildDaemon(t, name, clusterConfig(t, url, name, 3, p))
 	}
 	status := func() PipelineStatus {
 		st, _ := clusterPipelineStatus(nc, "cl", "kid")
@@ -340,7 +340,7 @@ func TestFencingFrozenOwner(t *testing.T) {
 	}
 	daemons := map[string]*childDaemon{}
 	for _, name := range []string{"a", "b"} {
-		daemons[name] = newChildDaemon(t, clusterConfig(t, ns.ClientURL(), name, 1, p))
+		daemons[name] = newChildDaemon(t, name, clusterConfig(t, ns.ClientURL(), name, 1, p))
 	}
 	status := func() PipelineStatus {
 		st, _ := clusterPipelineStatus(nc, "cl", "kid")
