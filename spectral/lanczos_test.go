@@ -206,21 +206,38 @@ func TestSmallestKeepSubspace(t *testing.T) {
 		bound := math.Max(1e-9, 10*tol*anorm*math.Sqrt(float64(tc.nev))/gap)
 		restarts := map[int]int{}
 		for _, keep := range tc.keeps {
-			t.Run(fmt.Sprintf("n=%d/nev=%d/basis=%d/keep=%d", tc.n, tc.nev, tc.basis, keep), func(t *testing.T) {
-				res, err := spectral.Smallest(symOp{a}, tc.nev, spectral.LanczosSettings{Basis: tc.basis, Tol: tol, Keep: keep}, rand.NewPCG(1, 2))
-				if err != nil {
-					t.Fatal(err)
-				}
-				restarts[keep] = res.Restarts
-				if s := maxPrincipalSine(res.Vectors, want); s > bound {
-					t.Errorf("sin of the largest principal angle %.3g > %.3g (gap %.3g)", s, bound, gap)
-				}
-				for i, w := range vals[:tc.nev] {
-					if !scalar.EqualWithinAbs(res.Values[i], w, 1e-8) {
-						t.Errorf("value %d = %.12g, want %.12g", i, res.Values[i], w)
+			for _, onePass := range []bool{false, true} {
+				t.Run(fmt.Sprintf("n=%d/nev=%d/basis=%d/keep=%d/onepass=%v", tc.n, tc.nev, tc.basis, keep, onePass), func(t *testing.T) {
+					res, err := spectral.Smallest(symOp{a}, tc.nev, spectral.LanczosSettings{Basis: tc.basis, Tol: tol, Keep: keep, OnePass: onePass}, rand.NewPCG(1, 2))
+					if err != nil {
+						t.Fatal(err)
 					}
-				}
-			})
+					if !onePass {
+						restarts[keep] = res.Restarts
+					}
+					var yty mat.Dense
+					yty.Mul(res.Vectors.T(), res.Vectors)
+					for i := range tc.nev {
+						for j := range tc.nev {
+							want := 0.0
+							if i == j {
+								want = 1
+							}
+							if math.Abs(yty.At(i, j)-want) > 1e-9 {
+								t.Fatalf("YᵀY[%d,%d] = %v, want %v", i, j, yty.At(i, j), want)
+							}
+						}
+					}
+					if s := maxPrincipalSine(res.Vectors, want); s > bound {
+						t.Errorf("sin of the largest principal angle %.3g > %.3g (gap %.3g)", s, bound, gap)
+					}
+					for i, w := range vals[:tc.nev] {
+						if !scalar.EqualWithinAbs(res.Values[i], w, 1e-8) {
+							t.Errorf("value %d = %.12g, want %.12g", i, res.Values[i], w)
+						}
+					}
+				})
+			}
 		}
 		if len(tc.keeps) > 1 && restarts[1] > restarts[0] {
 			t.Errorf("n=%d: %d restarts keeping 1 Ritz vector beyond nev, %d keeping the default", tc.n, restarts[1], restarts[0])
