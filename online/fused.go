@@ -145,6 +145,9 @@ type fusedScratch struct {
 func (s *scratch) argmaxFused(kn *kernel, pack *packedAtoms, seeded, m int) {
 	s.best = grow(s.best, m)
 	s.cos = grow(s.cos, m)
+	if m == 0 {
+		return // every row blank: the kernels take at least one block
+	}
 	if seeded == 0 {
 		for c := range s.best[:m] {
 			s.best[c], s.cos[c] = -1, 0
