@@ -93,7 +93,7 @@ func (c *Client) Close() {
 
 // Status is the daemon's status reply (smtd.status): the fields a client
 // needs; the reply has more (counters, model summaries), which
-// `nats req smtd.status ”` shows.
+// the nats CLI shows (nats req smtd.status "").
 type Status struct {
 	Version       string     `json:"version"`
 	ConfigVersion int        `json:"config_version"`

@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/smtd/smtd/client"
+	"github.com/smtd/smtd/feed"
+	"github.com/smtd/smtd/internal/progress"
+)
+
+const feedSynopsis = "smtd feed [flags] PIPELINE [FILE|DIR|-]..."
+
+func feedCmd(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("feed", feedSynopsis, stderr)
+	conn := addClientFlags(fs)
+	prefix := fs.String("prefix", "smtd", "the daemon's service.prefix")
+	rate := fs.Float64("rate", 0, "send at most `N` items per second (0: as fast as the stream acknowledges)")
+	fps := fs.Float64("fps", 0, "video: send at most `N` frames per second (the same as --rate)")
+	dryRun := fs.Bool("dry-run", false, "read and convert everything, print what would be sent, publish nothing")
+	labelsFile := fs.String("labels", "", "images: take labels from a CSV `file` of path,label rows (default: the name of the directory holding each image)")
+	stream := fs.String("stream", "", "video: the Smtd-Stream `name` (default: the file's base name, stdin for -)")
+	raw := fs.String("raw", "", "video: the input is raw 8-bit gray frames of `WxH` pixels (default: YUV4MPEG2, or a directory of images)")
+	paragraphs := fs.Bool("paragraphs", false, "text: one message per paragraph (lines up to a blank line) instead of per line")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() < 1 || *rate < 0 || *fps < 0 {
+		fs.Usage()
+		return errUsage
+	}
+	if *fps > 0 {
+		*rate = *fps
+	}
+	pipeline, inputs := fs.Arg(0), fs.Args()[1:]
+	nc, err := conn.connect("smtd feed")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	p, err := client.New(nc, client.WithPrefix(*prefix)).Pipeline(ctx, pipeline)
+	if err != nil {
+		return fmt.Errorf("smtd feed: %w", err)
+	}
+	var shape feed.Shape
+	if p.Image != nil {
+		shape = feed.Shape{Width: p.Image.Width, Height: p.Image.Height, Channels: p.Image.Channels}
+	}
+	var src feed.Source
+	switch p.Modality {
+	case "image":
+		if len(inputs) == 0 {
+			return fmt.Errorf("smtd feed: pipeline %s takes images: give PNG or JPEG files or directories", pipeline)
+		}
+		var labels feed.Labels
+		if *labelsFile != "" {
+			f, err := os.Open(*labelsFile)
+			if err != nil {
+				return fmt.Errorf("smtd feed: %w", err)
+			}
+			labels, err = feed.ReadLabels(f)
+			f.Close()
+			if err != nil {
+				return fmt.Errorf("smtd feed: %s: %w", *labelsFile, err)
+			}
+		}
+		if src, err = feed.Images(pipeline, shape, inputs, labels); err != nil {
+			return fmt.Errorf("smtd feed: %w", err)
+		}
+	case "video":
+		if len(inputs) != 1 {
+			return fmt.Errorf("smtd feed: pipeline %s takes video: give one Y4M file, raw frames (--raw WxH), a directory of images, or - for standard input", pipeline)
+		}
+		closer, err := videoSource(&src, pipeline, shape, inputs[0], *stream, *raw)
+		if err != nil {
+			return fmt.Errorf("smtd feed: %w", err)
+		}
+		defer closer.Close()
+	case "text":
+		if len(inputs) == 0 {
+			inputs = []string{"-"}
+		}
+		var srcs []feed.Source
+		for _, in := range inputs {
+			r, err := openInput(in)
+			if err != nil {
+				return fmt.Errorf("smtd feed: %w", err)
+			}
+			defer r.Close()
+			srcs = append(srcs, feed.Text(pipeline, r, in, *paragraphs))
+		}
+		src = feed.Concat(srcs...)
+	default:
+		return fmt.Errorf("smtd feed: pipeline %s has modality %q, which smtd feed does not know", pipeline, p.Modality)
+	}
+	if *dryRun {
+		res, err := feed.DryRun(stdout, p.Input, src)
+		fmt.Fprintf(stdout, "dry run: would send %d items to %s (%s), %d unreadable\n", res.Sent, p.Input, pipeline, res.Skipped)
+		return err
+	}
+	skip := func(name string, err error) { fmt.Fprintf(stderr, "smtd feed: skipping %s: %v\n", name, err) }
+	res, err := feed.Send(ctx, nc, p.Input, src, feed.Options{
+		Rate:     *rate,
+		Progress: progress.NewBar(progress.Stderr(), "feed "+pipeline, src.Total),
+		Skip:     skip,
+	})
+	fmt.Fprintf(stdout, "sent %d items to %s (%s), %d already there, %d unreadable\n", res.Sent, p.Input, pipeline, res.Duplicates, res.Skipped)
+	if err == nil && res.Skipped > 0 {
+		err = fmt.Errorf("smtd feed: %d items could not be read", res.Skipped)
+	}
+	return err
+}
+
+// openInput opens a file, or standard input for "-".
+func openInput(path string) (io.ReadCloser, error) {
+	if path == "-" {
+		return io.NopCloser(os.Stdin), nil
+	}
+	return os.Open(path)
+}
+
+// videoSource sets *src to the frames of in: a directory of images, raw
+// frames of size raw, or a YUV4MPEG2 stream.
+func videoSource(src *feed.Source, pipeline string, shape feed.Shape, in, stream, raw string) (io.Closer, error) {
+	if stream == "" {
+		stream = feed.StreamName(in)
+	}
+	if fi, err := os.Stat(in); in != "-" && err == nil && fi.IsDir() {
+		s, err := feed.ImageSequence(pipeline, shape, in, stream)
+		*src = s
+		return io.NopCloser(nil), err
+	}
+	r, err := openInput(in)
+	if err != nil {
+		return nil, err
+	}
+	if raw != "" {
+		w, h, err := feed.ParseSize(raw)
+		if err != nil {
+			r.Close()
+			return nil, err
+		}
+		*src = feed.RawFrames(pipeline, shape, r, w, h, stream)
+		return r, nil
+	}
+	s, err := feed.Y4MFrames(pipeline, shape, r, stream)
+	if err != nil {
+		r.Close()
+		return nil, fmt.Errorf("%s: %w", in, err)
+	}
+	*src = s
+	return r, nil
+}
