@@ -285,43 +285,69 @@ func (c *Client) Neighbours(ctx context.Context, pipeline, word string, k int) (
 
 // Subscribe calls fn with each output of pipeline, in the order they
 // arrive, on the calling goroutine, until ctx is done (it then returns
-// nil) or an output cannot be decoded or the subscription fails (it
-// returns the error). Outputs published while fn runs wait, up to 65,536
-// messages or 256 MiB; past that NATS drops them and Subscribe returns
-// nats.ErrSlowConsumer.
+// nil), or an output cannot be decoded or the subscription fails (it
+// returns the error).
 func (c *Client) Subscribe(ctx context.Context, pipeline string, fn func(Embedding)) error {
-	p, err := c.Pipeline(ctx, pipeline)
+	o, err := c.Outputs(ctx, pipeline)
 	if err != nil {
-		return err
-	}
-	sub, err := c.nc.SubscribeSync(p.Output)
-	if err != nil {
-		return fmt.Errorf("smtd client: subscribing to %s: %w", p.Output, err)
-	}
-	defer sub.Unsubscribe()
-	if err := sub.SetPendingLimits(1<<16, 256<<20); err != nil {
-		return err
-	}
-	// The subscription is in place once the server has seen it, so
-	// that no output published after Subscribe starts is missed.
-	if err := c.nc.FlushWithContext(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
 		return err
 	}
+	defer o.Close()
 	for {
-		m, err := sub.NextMsgWithContext(ctx)
+		e, err := o.Next(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
-			return fmt.Errorf("smtd client: %s: %w", p.Output, err)
-		}
-		e, err := Decode(m)
-		if err != nil {
 			return err
 		}
 		fn(e)
 	}
 }
+
+// Outputs is a subscription to a pipeline's outputs.
+type Outputs struct {
+	// Subject is the pipeline's output subject.
+	Subject string
+	sub     *nats.Subscription
+}
+
+// Outputs subscribes to the outputs of pipeline. When it returns, the
+// server has the subscription: every output published from then on is
+// received. Outputs not yet read by Next wait, up to 65,536 messages or
+// 256 MiB; past that NATS drops them and Next returns
+// nats.ErrSlowConsumer.
+func (c *Client) Outputs(ctx context.Context, pipeline string) (*Outputs, error) {
+	p, err := c.Pipeline(ctx, pipeline)
+	if err != nil {
+		return nil, err
+	}
+	sub, err := c.nc.SubscribeSync(p.Output)
+	if err != nil {
+		return nil, fmt.Errorf("smtd client: subscribing to %s: %w", p.Output, err)
+	}
+	if err := sub.SetPendingLimits(1<<16, 256<<20); err != nil {
+		sub.Unsubscribe()
+		return nil, err
+	}
+	if err := c.nc.FlushWithContext(ctx); err != nil {
+		sub.Unsubscribe()
+		return nil, fmt.Errorf("smtd client: subscribing to %s: %w", p.Output, err)
+	}
+	return &Outputs{Subject: p.Output, sub: sub}, nil
+}
+
+// Next waits for the next output and decodes it.
+func (o *Outputs) Next(ctx context.Context) (Embedding, error) {
+	m, err := o.sub.NextMsgWithContext(ctx)
+	if err != nil {
+		return Embedding{}, fmt.Errorf("smtd client: %s: %w", o.Subject, err)
+	}
+	return Decode(m)
+}
+
+// Close ends the subscription.
+func (o *Outputs) Close() error { return o.sub.Unsubscribe() }

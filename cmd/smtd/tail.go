@@ -41,8 +41,6 @@ func tailCmd(args []string, stdout, stderr io.Writer) error {
 	defer nc.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 
 	var sink interface {
 		add(client.Embedding) error
@@ -56,25 +54,27 @@ func tailCmd(args []string, stdout, stderr io.Writer) error {
 	} else {
 		sink = &jsonLines{w: bufio.NewWriter(stdout)}
 	}
-	n := 0
-	var sinkErr error
-	err = client.New(nc, client.WithPrefix(*prefix)).Subscribe(ctx, pipeline, func(e client.Embedding) {
-		if sinkErr != nil {
-			return
-		}
-		if sinkErr = sink.add(e); sinkErr != nil {
-			cancel()
-			return
-		}
-		if n++; *count > 0 && n >= *count {
-			cancel()
-		}
-	})
-	if cerr := sink.close(); sinkErr == nil {
-		sinkErr = cerr
-	}
+	outs, err := client.New(nc, client.WithPrefix(*prefix)).Outputs(ctx, pipeline)
 	if err != nil {
 		return fmt.Errorf("smtd tail: %w", err)
+	}
+	defer outs.Close()
+	fmt.Fprintf(stderr, "smtd tail: reading %s\n", outs.Subject)
+	var sinkErr error
+	for n := 0; *count == 0 || n < *count; n++ {
+		e, err := outs.Next(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				sinkErr = fmt.Errorf("smtd tail: %w", err)
+			}
+			break
+		}
+		if sinkErr = sink.add(e); sinkErr != nil {
+			break
+		}
+	}
+	if err := sink.close(); sinkErr == nil {
+		sinkErr = err
 	}
 	return sinkErr
 }
