@@ -333,7 +333,9 @@ func (c *Client) Outputs(ctx context.Context, pipeline string) (*Outputs, error)
 		sub.Unsubscribe()
 		return nil, err
 	}
-	if err := c.nc.FlushWithContext(ctx); err != nil {
+	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := c.nc.FlushWithContext(fctx); err != nil {
 		sub.Unsubscribe()
 		return nil, fmt.Errorf("smtd client: subscribing to %s: %w", p.Output, err)
 	}

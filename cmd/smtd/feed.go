@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -26,17 +27,18 @@ func feedCmd(args []string, stdout, stderr io.Writer) error {
 	stream := fs.String("stream", "", "video: the Smtd-Stream `name` (default: the file's base name, stdin for -)")
 	raw := fs.String("raw", "", "video: the input is raw 8-bit gray frames of `WxH` pixels (default: YUV4MPEG2, or a directory of images)")
 	paragraphs := fs.Bool("paragraphs", false, "text: one message per paragraph (lines up to a blank line) instead of per line")
-	if err := parse(fs, args); err != nil {
+	rest, err := parseInterspersed(fs, args)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() < 1 || *rate < 0 || *fps < 0 {
+	if len(rest) < 1 || *rate < 0 || *fps < 0 {
 		fs.Usage()
 		return errUsage
 	}
 	if *fps > 0 {
 		*rate = *fps
 	}
-	pipeline, inputs := fs.Arg(0), fs.Args()[1:]
+	pipeline, inputs := rest[0], rest[1:]
 	nc, err := conn.connect("smtd feed")
 	if err != nil {
 		return err
@@ -115,6 +117,29 @@ func feedCmd(args []string, stdout, stderr io.Writer) error {
 		err = fmt.Errorf("smtd feed: %d items could not be read", res.Skipped)
 	}
 	return err
+}
+
+// parseInterspersed parses args allowing flags after the positional
+// arguments ("smtd feed frames --stream cam1 -"), and returns the
+// positional ones; "-" is positional, and "--" ends the flags.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var rest []string
+	for {
+		if err := parse(fs, args); err != nil {
+			return nil, err
+		}
+		left := fs.Args()
+		if len(left) == 0 {
+			return rest, nil
+		}
+		// The flag package stops at the first positional argument, or
+		// after a "--", which it consumes.
+		if n := len(args) - len(left); n > 0 && args[n-1] == "--" {
+			return append(rest, left...), nil
+		}
+		rest = append(rest, left[0])
+		args = left[1:]
+	}
 }
 
 // openInput opens a file, or standard input for "-".

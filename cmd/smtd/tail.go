@@ -26,14 +26,15 @@ func tailCmd(args []string, stdout, stderr io.Writer) error {
 	count := fs.Int("count", 0, "stop after `N` outputs (0: until Ctrl-C)")
 	npyDir := fs.String("npy", "", "write the embeddings as .npy files (float32, shape (n, dim)) into `dir` instead of JSON lines on stdout, with .seqs.npy (int64) and .labels.txt beside each")
 	every := fs.Int("every", 1000, "with --npy, start a new file every `N` outputs")
-	if err := parse(fs, args); err != nil {
+	rest, err := parseInterspersed(fs, args)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() != 1 || *count < 0 || *every < 1 {
+	if len(rest) != 1 || *count < 0 || *every < 1 {
 		fs.Usage()
 		return errUsage
 	}
-	pipeline := fs.Arg(0)
+	pipeline := rest[0]
 	nc, err := conn.connect("smtd tail")
 	if err != nil {
 		return err
