@@ -51,8 +51,11 @@ func feedCmd(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("smtd feed: %w", err)
 	}
 	var shape feed.Shape
-	if p.Image != nil {
+	switch {
+	case p.Image != nil:
 		shape = feed.Shape{Width: p.Image.Width, Height: p.Image.Height, Channels: p.Image.Channels}
+	case p.Modality != "text":
+		return fmt.Errorf("smtd feed: the daemon does not say the image shape of pipeline %s (it is older than smtd feed)", pipeline)
 	}
 	var src feed.Source
 	switch p.Modality {
@@ -79,7 +82,8 @@ func feedCmd(args []string, stdout, stderr io.Writer) error {
 		if len(inputs) != 1 {
 			return fmt.Errorf("smtd feed: pipeline %s takes video: give one Y4M file, raw frames (--raw WxH), a directory of images, or - for standard input", pipeline)
 		}
-		closer, err := videoSource(&src, pipeline, shape, inputs[0], *stream, *raw)
+		var closer io.Closer
+		src, closer, err = videoSource(pipeline, shape, inputs[0], *stream, *raw)
 		if err != nil {
 			return fmt.Errorf("smtd feed: %w", err)
 		}
@@ -106,12 +110,19 @@ func feedCmd(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "dry run: would send %d items to %s (%s), %d unreadable\n", res.Sent, p.Input, pipeline, res.Skipped)
 		return err
 	}
-	skip := func(name string, err error) { fmt.Fprintf(stderr, "smtd feed: skipping %s: %v\n", name, err) }
+	bar := progress.NewBar(progress.Stderr(), "feed "+pipeline, src.Total)
+	skip := func(name string, err error) {
+		if progress.Stderr() != nil {
+			fmt.Fprint(stderr, "\r\033[K") // over the progress bar
+		}
+		fmt.Fprintf(stderr, "smtd feed: skipping %s: %v\n", name, err)
+	}
 	res, err := feed.Send(ctx, nc, p.Input, src, feed.Options{
 		Rate:     *rate,
-		Progress: progress.NewBar(progress.Stderr(), "feed "+pipeline, src.Total),
+		Progress: bar,
 		Skip:     skip,
 	})
+	bar.Done()
 	fmt.Fprintf(stdout, "sent %d items to %s (%s), %d already there, %d unreadable\n", res.Sent, p.Input, pipeline, res.Duplicates, res.Skipped)
 	if err == nil && res.Skipped > 0 {
 		err = fmt.Errorf("smtd feed: %d items could not be read", res.Skipped)
@@ -150,35 +161,32 @@ func openInput(path string) (io.ReadCloser, error) {
 	return os.Open(path)
 }
 
-// videoSource sets *src to the frames of in: a directory of images, raw
-// frames of size raw, or a YUV4MPEG2 stream.
-func videoSource(src *feed.Source, pipeline string, shape feed.Shape, in, stream, raw string) (io.Closer, error) {
+// videoSource returns the frames of in: a directory of images, raw frames
+// of size raw, or a YUV4MPEG2 stream; and what to close when done.
+func videoSource(pipeline string, shape feed.Shape, in, stream, raw string) (feed.Source, io.Closer, error) {
 	if stream == "" {
 		stream = feed.StreamName(in)
 	}
 	if fi, err := os.Stat(in); in != "-" && err == nil && fi.IsDir() {
-		s, err := feed.ImageSequence(pipeline, shape, in, stream)
-		*src = s
-		return io.NopCloser(nil), err
+		src, err := feed.ImageSequence(pipeline, shape, in, stream)
+		return src, io.NopCloser(nil), err
 	}
 	r, err := openInput(in)
 	if err != nil {
-		return nil, err
+		return feed.Source{}, nil, err
 	}
 	if raw != "" {
 		w, h, err := feed.ParseSize(raw)
 		if err != nil {
 			r.Close()
-			return nil, err
+			return feed.Source{}, nil, err
 		}
-		*src = feed.RawFrames(pipeline, shape, r, w, h, stream)
-		return r, nil
+		return feed.RawFrames(pipeline, shape, r, w, h, stream), r, nil
 	}
-	s, err := feed.Y4MFrames(pipeline, shape, r, stream)
+	src, err := feed.Y4MFrames(pipeline, shape, r, stream)
 	if err != nil {
 		r.Close()
-		return nil, fmt.Errorf("%s: %w", in, err)
+		return feed.Source{}, nil, fmt.Errorf("%s: %w", in, err)
 	}
-	*src = s
-	return r, nil
+	return src, r, nil
 }
