@@ -68,10 +68,16 @@ func Send(ctx context.Context, nc *nats.Conn, subject string, src Source, opts O
 	}
 	var inflight []jetstream.PubAckFuture
 	// settle waits for the oldest acknowledgements until at most keep
-	// publishes are in flight.
-	settle := func(keep int) error {
+	// publishes are in flight. Once ctx is done, Send still settles what
+	// it published (each acknowledgement waits at most AckWait), so that
+	// Result counts every message the stream stored.
+	settle := func(ctx context.Context, keep int) error {
 		for len(inflight) > keep {
 			f := inflight[0]
+			pop := func() {
+				inflight[0] = nil
+				inflight = inflight[1:]
+			}
 			select {
 			case ack := <-f.Ok():
 				if ack.Duplicate {
@@ -84,12 +90,12 @@ func Send(ctx context.Context, nc *nats.Conn, subject string, src Source, opts O
 				if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) {
 					err = ErrNoStream
 				}
+				pop()
 				return fmt.Errorf("feed: publishing %s to %s: %w", f.Msg().Header.Get(nats.MsgIdHdr), subject, err)
 			case <-ctx.Done():
 				return ctx.Err()
 			}
-			inflight[0] = nil
-			inflight = inflight[1:]
+			pop()
 		}
 		return nil
 	}
@@ -100,7 +106,7 @@ func Send(ctx context.Context, nc *nats.Conn, subject string, src Source, opts O
 		if err != nil {
 			res.Skipped++
 			if opts.Skip == nil {
-				settle(0)
+				settle(context.Background(), 0)
 				return res, err
 			}
 			opts.Skip(it.Name, err)
@@ -116,18 +122,19 @@ func Send(ctx context.Context, nc *nats.Conn, subject string, src Source, opts O
 				select {
 				case <-pace.C:
 				case <-ctx.Done():
-					settle(0)
+					settle(context.Background(), 0)
 					return res, ctx.Err()
 				}
 			}
 		}
-		if err := settle(opts.Window - 1); err != nil {
+		if err := settle(ctx, opts.Window-1); err != nil {
+			settle(context.Background(), 0)
 			return res, err
 		}
 		m := &nats.Msg{Subject: subject, Header: it.Header, Data: it.Data}
 		f, err := js.PublishMsgAsync(m)
 		if err != nil {
-			settle(0)
+			settle(context.Background(), 0)
 			return res, fmt.Errorf("feed: publishing %s to %s: %w", it.Name, subject, err)
 		}
 		inflight = append(inflight, f)
@@ -136,8 +143,11 @@ func Send(ctx context.Context, nc *nats.Conn, subject string, src Source, opts O
 	if pace != nil {
 		pace.Stop()
 	}
-	err = settle(0)
-	return res, err
+	if err := settle(ctx, 0); err != nil {
+		settle(context.Background(), 0)
+		return res, err
+	}
+	return res, ctx.Err()
 }
 
 // DryRun reads and converts every item of src as Send would and writes
