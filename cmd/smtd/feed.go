@@ -99,7 +99,11 @@ func feedCmd(args []string, stdout, stderr io.Writer) error {
 				return fmt.Errorf("smtd feed: %w", err)
 			}
 			defer r.Close()
-			srcs = append(srcs, feed.Text(pipeline, r, in, *paragraphs))
+			src := feed.Text(pipeline, r, in, *paragraphs)
+			if in != "-" {
+				src.Total = countMessages(in, *paragraphs)
+			}
+			srcs = append(srcs, src)
 		}
 		src = feed.Concat(srcs...)
 	default:
@@ -151,6 +155,24 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 		rest = append(rest, left[0])
 		args = left[1:]
 	}
+}
+
+// countMessages is the number of messages of a text file, for the
+// progress bar's time left; 0 if it cannot be read.
+func countMessages(path string, paragraphs bool) int {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	n := 0
+	for _, err := range feed.Text("", f, path, paragraphs).Items {
+		if err != nil {
+			return 0
+		}
+		n++
+	}
+	return n
 }
 
 // openInput opens a file, or standard input for "-".
