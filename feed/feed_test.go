@@ -252,6 +252,12 @@ func TestTextLinesAndParagraphs(t *testing.T) {
 	if got := strings.Join(paras, "|"); got != "in.txt:1=one two|in.txt:4=three\nfour five|in.txt:7=six" {
 		t.Errorf("paragraphs %q", got)
 	}
+	// The same file named another way gives the same ids.
+	a := collect(t, Text("words", strings.NewReader("x\n"), "dir/in.txt", false))
+	b := collect(t, Text("words", strings.NewReader("x\n"), "./dir//in.txt", false))
+	if a[0].ID != b[0].ID {
+		t.Error("dir/in.txt and ./dir//in.txt give different ids")
+	}
 	// A repeated line is another message: its position is in its id.
 	items := collect(t, Text("words", strings.NewReader("a\na\n"), "-", false))
 	if items[0].ID == items[1].ID {

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strconv"
 )
 
@@ -16,8 +17,11 @@ const MaxTextBytes = 4 << 20
 // input), as one message per non-blank line, or with paragraphs one
 // message per paragraph: lines up to a blank line, joined by newlines.
 // The daemon's co-occurrence window never spans two messages. An item's
-// Nats-Msg-Id is a digest of name, its position and its text.
+// Nats-Msg-Id is a digest of name (cleaned: book.txt and ./book.txt are
+// one), its position and its text.
 func Text(pipeline string, r io.Reader, name string, paragraphs bool) Source {
+	// book.txt and ./book.txt are one file.
+	idName := filepath.Clean(name)
 	seq := func(yield func(Item, error) bool) {
 		sc := bufio.NewScanner(r)
 		sc.Buffer(make([]byte, 0, 64<<10), MaxTextBytes)
@@ -25,7 +29,7 @@ func Text(pipeline string, r io.Reader, name string, paragraphs bool) Source {
 		n, line, start := 0, 0, 0
 		emit := func(text []byte, at int) bool {
 			where := name + ":" + strconv.Itoa(at)
-			id := msgID(pipeline, []byte("text"), []byte(name), []byte(strconv.Itoa(n)), text)
+			id := msgID(pipeline, []byte("text"), []byte(idName), []byte(strconv.Itoa(n)), text)
 			n++
 			return yield(newItem(id, where, nil, bytes.Clone(text)), nil)
 		}
