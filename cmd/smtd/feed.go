@@ -24,7 +24,7 @@ func feedCmd(args []string, stdout, stderr io.Writer) error {
 	fps := fs.Float64("fps", 0, "video: send at most `N` frames per second (the same as --rate)")
 	dryRun := fs.Bool("dry-run", false, "read and convert everything, print what would be sent, publish nothing")
 	labelsFile := fs.String("labels", "", "images: take labels from a CSV `file` of path,label rows (default: the name of the directory holding each image)")
-	stream := fs.String("stream", "", "video: the Smtd-Stream `name` (default: the file's base name, stdin for -)")
+	stream := fs.String("stream", "", "video: the Smtd-Stream `name` (default: the file's base name, stdin for -); frames are identified by stream and index, so give a live source a new name each time it starts")
 	raw := fs.String("raw", "", "video: the input is raw 8-bit gray frames of `WxH` pixels (default: YUV4MPEG2, or a directory of images)")
 	paragraphs := fs.Bool("paragraphs", false, "text: one message per paragraph (lines up to a blank line) instead of per line")
 	rest, err := parseInterspersed(fs, args)
