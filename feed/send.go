@@ -10,8 +10,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/smtd/smtd/internal/progress"
 )
 
 // Options says how Send publishes.
@@ -24,8 +22,9 @@ type Options struct {
 	Window int
 	// AckWait is how long one acknowledgement may take. Default 30 s.
 	AckWait time.Duration
-	// Progress, if not nil, counts the items as they are acknowledged.
-	Progress *progress.Bar
+	// Acked, if not nil, is called after each acknowledgement (for a
+	// progress bar).
+	Acked func()
 	// Skip, if not nil, is told about each item that could not be read
 	// (a file that does not decode); Send goes on with the next. With a
 	// nil Skip the first such item ends Send with its error.
@@ -62,9 +61,9 @@ func Send(ctx context.Context, nc *nats.Conn, subject string, src Source, opts O
 	if err != nil {
 		return res, err
 	}
-	bar := opts.Progress
-	if bar == nil {
-		bar = progress.NewBar(nil, "", 0)
+	acked := opts.Acked
+	if acked == nil {
+		acked = func() {}
 	}
 	var inflight []jetstream.PubAckFuture
 	// settle waits for the oldest acknowledgements until at most keep
@@ -85,7 +84,7 @@ func Send(ctx context.Context, nc *nats.Conn, subject string, src Source, opts O
 				} else {
 					res.Sent++
 				}
-				bar.Add(1)
+				acked()
 			case err := <-f.Err():
 				if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) {
 					err = ErrNoStream

@@ -122,9 +122,9 @@ func feedCmd(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "smtd feed: skipping %s: %v\n", name, err)
 	}
 	res, err := feed.Send(ctx, nc, p.Input, src, feed.Options{
-		Rate:     *rate,
-		Progress: bar,
-		Skip:     skip,
+		Rate:  *rate,
+		Acked: func() { bar.Add(1) },
+		Skip:  skip,
 	})
 	bar.Done()
 	fmt.Fprintf(stdout, "sent %d items to %s (%s), %d already there, %d unreadable\n", res.Sent, p.Input, pipeline, res.Duplicates, res.Skipped)
