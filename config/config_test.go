@@ -42,6 +42,8 @@ func TestLoadFiles(t *testing.T) {
 			"query-pool.bad.yaml:2: service.query_workers: must be in 0..1024 (0: GOMAXPROCS), got -1",
 			"query-pool.bad.yaml:3: service.query_queue: must be in 1..1048576, got 0",
 		}},
+		{file: "observe.good.yaml"},
+		{file: "observe.bad.yaml", wantErr: []string{`observe.bad.yaml:2: observe.http: must be empty or host:port with port 0..65535, got "localhost"`}},
 		{file: "open-listen.good.yaml"},
 		{file: "nkey-users.good.yaml"},
 		{file: "open-listen.bad.yaml", wantErr: []string{`open-listen.bad.yaml:3: nats.listen: "0.0.0.0:4222" is beyond the loopback interface and nats.users is empty: anyone who reaches it could reload, checkpoint, delete streams and plant checkpoints; add nats.users, or set nats.allow_unauthenticated: true`}},
