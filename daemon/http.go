@@ -163,14 +163,22 @@ func (d *Daemon) Readiness() Readiness {
 
 // endpointStats is the Data of each endpoint in the micro service's
 // stats: the health of the endpoint's pipeline, or of every pipeline for
-// the daemon's own endpoints.
+// the daemon's own endpoints. As in Status, a standby reports the
+// owner's health from the lease. It reads only what is fixed before the
+// service is added and atomics: stats may be asked for while Start runs.
 func (d *Daemon) endpointStats(e *micro.Endpoint) any {
 	all := map[string]Health{}
-	for _, ps := range d.Status().Pipelines {
-		if ps.Name == e.Metadata["pipeline"] {
-			return map[string]any{"pipeline": ps.Name, "health": ps.Health}
+	for _, pl := range d.pipelines {
+		h := *pl.health.Load()
+		if c := d.cluster; c != nil {
+			if l := pl.lease.Load(); l != nil && l.Owner != c.self.Name {
+				h = l.Health
+			}
 		}
-		all[ps.Name] = ps.Health
+		if pl.name == e.Metadata["pipeline"] {
+			return map[string]any{"pipeline": pl.name, "health": h}
+		}
+		all[pl.name] = h
 	}
 	return map[string]any{"health": all}
 }

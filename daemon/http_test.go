@@ -134,7 +134,11 @@ func TestMetricsWhileLearning(t *testing.T) {
 	}
 	first := scrape(t, d)
 	publishAll(t, nc, p.Input.Subject, msgs[500:])
-	waitFor(t, time.Minute, "second half learned", func() bool { return pipelineStatus(d, "digits").Learned == 1000 })
+	// A batch's outputs are published after its messages count as learned.
+	waitFor(t, time.Minute, "second half learned and published", func() bool {
+		st := pipelineStatus(d, "digits")
+		return st.Learned == 1000 && st.Published == 1000
+	})
 	second := scrape(t, d)
 
 	pl := map[string]string{"pipeline": "digits"}
@@ -197,9 +201,8 @@ func TestMetricsWhileLearning(t *testing.T) {
 	if b, _ := metricValue(second, "smtd_checkpoint_bytes", pl); b < 1000 {
 		t.Errorf("smtd_checkpoint_bytes = %v", b)
 	}
-	st := pipelineStatus(d, "digits")
-	if pub, _ := metricValue(second, "smtd_published_total", pl); pub != float64(st.Published) {
-		t.Errorf("smtd_published_total %v, status says %d", pub, st.Published)
+	if pub, _ := metricValue(second, "smtd_published_total", pl); pub != 1000 {
+		t.Errorf("smtd_published_total %v, want 1000 as status says", pub)
 	}
 }
 
@@ -382,5 +385,20 @@ func TestNeighboursOverHTTP(t *testing.T) {
 		if code, _, body := httpGet(t, d, path); code != wantCode {
 			t.Errorf("%s: %d %s, want %d", path, code, body, wantCode)
 		}
+	}
+}
+
+// A monitoring address that cannot be listened on fails Start, naming the
+// key, and leaves nothing running.
+func TestObserveAddressInUse(t *testing.T) {
+	d := startDaemon(t, observedConfig(t, digitsPipeline("digits", "busy.images", 16)))
+	cfg := observedConfig(t, digitsPipeline("digits", "busy.images", 16))
+	cfg.Observe.HTTP = d.HTTPAddr()
+	d2, err := New(cfg, Options{Logger: NewLogger(testWriter{t}, "console")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d2.Start(context.Background()); err == nil || !strings.Contains(err.Error(), "observe.http") {
+		t.Errorf("Start on a taken address: %v, want an error naming observe.http", err)
 	}
 }

@@ -73,7 +73,10 @@ for (const { el } of sections.values()) {
     embed.image.addEventListener("change", async () => {
       const file = embed.image.files[0];
       if (!file) return;
-      const r = await fetch(`/api/pipelines/${encodeURIComponent(name)}/embed`, { method: "POST", body: file });
+      // A video frame needs a stream and a frame index; an embedding
+      // does not follow streams, so any will do.
+      const headers = el.dataset.modality === "video" ? { "Smtd-Stream": "page", "Smtd-Frame": "0" } : {};
+      const r = await fetch(`/api/pipelines/${encodeURIComponent(name)}/embed`, { method: "POST", body: file, headers });
       const j = await r.json();
       if (!r.ok) { field(el, "embed_info", j.error); return; }
       drawStrip(embed.querySelector("canvas.strip"), j.vector);
