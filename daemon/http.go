@@ -194,6 +194,8 @@ type pagePipeline struct {
 	// Atoms: the model has pictures; Words: a text pipeline with word
 	// embeddings, which answers neighbours.
 	Atoms, Words bool
+	// AtomsTitle says what the picture shows.
+	AtomsTitle string
 }
 
 func (d *Daemon) servePage(w http.ResponseWriter, _ *http.Request) {
@@ -208,6 +210,14 @@ func (d *Daemon) servePage(w http.ResponseWriter, _ *http.Request) {
 			pp.Words = snap.cfg.SMT.Dim > 0
 		} else {
 			pp.Atoms = true
+			switch snap.cfg.Learner {
+			case config.LearnerKSM:
+				pp.AtomsTitle = "KSM receptive fields: the rows of W"
+			case config.LearnerADMM:
+				pp.AtomsTitle = "ADMM dictionary atoms"
+			default:
+				pp.AtomsTitle = "k-means dictionary atoms, unwhitened to pixels"
+			}
 		}
 		data.Pipelines = append(data.Pipelines, pp)
 	}
