@@ -29,6 +29,7 @@ import (
 
 	"github.com/smtd/smtd/config"
 	"github.com/smtd/smtd/daemon"
+	"github.com/smtd/smtd/internal/progress"
 	"github.com/smtd/smtd/record"
 )
 
@@ -458,17 +459,9 @@ func (r *faultRun) waitFor(ctx context.Context, what string, cond func() (bool, 
 	}
 }
 
-// stderrIsTerminal says whether progress lines are shown.
-var stderrIsTerminal = func() bool {
-	fi, err := os.Stderr.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
-}()
-
-func showProgress(format string, args ...any) {
-	if stderrIsTerminal {
-		fmt.Fprintf(os.Stderr, "\r\033[K"+format, args...)
-	}
-}
+// showProgress rewrites the progress line when standard error is a
+// terminal.
+var showProgress = progress.Show
 
 // finish waits until the publisher is done and both pipelines have applied
 // their whole input stream and the core outputs stop arriving, then takes

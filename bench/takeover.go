@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"gopkg.in/yaml.v3"
 
 	"github.com/smtd/smtd/config"
@@ -127,15 +126,11 @@ func Takeover(ctx context.Context, w io.Writer, args []string) error {
 		pids[name] = c
 	}
 
-	nc, err := nats.Connect(cl.URL)
+	nc, js, err := cl.Connect()
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
 	status := func() daemon.PipelineStatus {
 		m, err := nc.Request(config.Default().Subject("status"), nil, time.Second)
 		var st daemon.Status

@@ -36,7 +36,9 @@ const DefaultNeighbourQueries = "monday,june,three,red,mother,water,church,presi
 //   - words_stored_pairs, words_prunes, words_table_mib: the pair table;
 //   - words_ingest_seconds, words_tokens_per_s: the time to add every
 //     token (vocabulary and statistics), and the tokens added per second;
-//   - words_solve_seconds, words_lanczos_applies: the eigensolver;
+//   - words_solve_seconds, words_lanczos_applies, words_lanczos_restarts:
+//     the eigensolver (its time, products with the operator and thick
+//     restarts);
 //   - words_first_token_to_embeddings_seconds: from the first token added
 //     to usable embeddings (ingest, solve and the neighbour index);
 //   - words_eigenvalue_first, words_eigenvalue_last: the generalized
@@ -66,6 +68,7 @@ func Words(ctx context.Context, w io.Writer, args []string) error {
 	weighting := fs.String("weighting", "ppmi", "pair weights: ppmi (positive PMI, degree-normalised) or counts (the paper's raw co-occurrence counts)")
 	tol := fs.Float64("tol", sgd.DefaultWordTol, "relative residual tolerance of the Lanczos eigensolver")
 	basis := fs.Int("basis", 0, "Lanczos basis size (0: max(2·nev + 20, nev + 40))")
+	keep := fs.Int("keep", sgd.DefaultWordKeep, "Ritz vectors kept beyond the wanted ones at a Lanczos thick restart (0: the default, 8; (basis − nev)/2 = 74 is the general default of the spectral package)")
 	queries := fs.String("queries", DefaultNeighbourQueries, "comma-separated words whose neighbours are printed")
 	k := fs.Int("k", 10, "neighbours printed per word")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the library run (ingest, solve, neighbours) to `file`")
@@ -87,6 +90,7 @@ func Words(ctx context.Context, w io.Writer, args []string) error {
 	es := sgd.WordEmbedSettings{Dim: *dim, Drop: *drop, MinCount: *minCount, Weighting: wt}
 	es.Lanczos.Tol = *tol
 	es.Lanczos.Basis = *basis
+	es.Lanczos.Keep = *keep
 	if err := es.Validate(); err != nil {
 		return fmt.Errorf("bench words: %w", err)
 	}
@@ -156,6 +160,7 @@ func Words(ctx context.Context, w io.Writer, args []string) error {
 	fmt.Fprintf(w, "words_solve_seconds: %.2f\n", solve.Seconds())
 	fmt.Fprintf(w, "words_solver: %v\n", res.Method)
 	fmt.Fprintf(w, "words_lanczos_applies: %d\n", res.Applies)
+	fmt.Fprintf(w, "words_lanczos_restarts: %d\n", res.Restarts)
 	fmt.Fprintf(w, "words_first_token_to_embeddings_seconds: %.2f\n", ready.Seconds())
 	fmt.Fprintf(w, "words_eigenvalue_first: %.4g\n", res.Values[0])
 	fmt.Fprintf(w, "words_eigenvalue_last: %.4g\n", res.Values[len(res.Values)-1])

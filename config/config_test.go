@@ -44,6 +44,13 @@ func TestLoadFiles(t *testing.T) {
 		}},
 		{file: "observe.good.yaml"},
 		{file: "observe.bad.yaml", wantErr: []string{`observe.bad.yaml:2: observe.http: must be empty or host:port with port 0..65535, got "localhost"`}},
+		{file: "cluster.good.yaml"},
+		{file: "cluster-embedded.bad.yaml", wantErr: []string{
+			"cluster-embedded.bad.yaml:2: nats.replicas: must be 1 with the embedded server",
+			"cluster-embedded.bad.yaml:6: cluster.lease_ttl: must be in 1s..5m, got 100ms",
+			`cluster-embedded.bad.yaml:5: cluster.name: must be one subject token of letters, digits, '-' and '_', got "d.1"`,
+			"cluster-embedded.bad.yaml:4: cluster.enabled: needs nats.url",
+		}},
 		{file: "open-listen.good.yaml"},
 		{file: "nkey-users.good.yaml"},
 		{file: "open-listen.bad.yaml", wantErr: []string{`open-listen.bad.yaml:3: nats.listen: "0.0.0.0:4222" is beyond the loopback interface and nats.users is empty: anyone who reaches it could reload, checkpoint, delete streams and plant checkpoints; add nats.users, or set nats.allow_unauthenticated: true`}},

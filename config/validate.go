@@ -85,6 +85,7 @@ func (c *Config) validate(file string, present map[string]int) Errors {
 	v.check(c.Checkpoint.Keep >= 1, "checkpoint.keep", "must be >= 1, got %d", c.Checkpoint.Keep)
 
 	v.check(c.NATS.Replicas >= 1 && c.NATS.Replicas <= 5, "nats.replicas", "must be in 1..5, got %d", c.NATS.Replicas)
+	v.check(c.NATS.Replicas == 1 || c.NATS.URL != "", "nats.replicas", "must be 1 with the embedded server (one node); replicas need a NATS cluster in nats.url")
 	c.validateCluster(v)
 
 	v.check(len(c.Pipelines) > 0, "pipelines", "at least one pipeline is needed")

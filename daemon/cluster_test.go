@@ -63,9 +63,9 @@ type childDaemon struct {
 	log  lockedBuffer
 }
 
-func newChildDaemon(t testing.TB, cfg *config.Config) *childDaemon {
+func newChildDaemon(t testing.TB, name string, cfg *config.Config) *childDaemon {
 	t.Helper()
-	c := &childDaemon{name: cfg.Cluster.Name, dir: cfg.DataDir, path: filepath.Join(t.TempDir(), cfg.Cluster.Name+".yaml")}
+	c := &childDaemon{name: name, dir: cfg.DataDir, path: filepath.Join(t.TempDir(), name+".yaml")}
 	data, err := yaml.Marshal(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -262,7 +262,7 @@ func TestTakeoverAfterKills(t *testing.T) {
 	}
 	daemons := map[string]*childDaemon{}
 	for _, name := range []string{"d1", "d2", "d3"} {
-		daemons[name] = newChildDaemon(t, clusterConfig(t, url, name, 3, p))
+		daemons[name] = newChildDaemon(t, name, clusterConfig(t, url, name, 3, p))
 	}
 	status := func() PipelineStatus {
 		st, _ := clusterPipelineStatus(nc, "cl", "kid")
@@ -340,7 +340,7 @@ func TestFencingFrozenOwner(t *testing.T) {
 	}
 	daemons := map[string]*childDaemon{}
 	for _, name := range []string{"a", "b"} {
-		daemons[name] = newChildDaemon(t, clusterConfig(t, ns.ClientURL(), name, 1, p))
+		daemons[name] = newChildDaemon(t, name, clusterConfig(t, ns.ClientURL(), name, 1, p))
 	}
 	status := func() PipelineStatus {
 		st, _ := clusterPipelineStatus(nc, "cl", "kid")
@@ -497,5 +497,68 @@ func TestDeployFiles(t *testing.T) {
 	}
 	if len(names) != 3 {
 		t.Errorf("daemon names %v are not distinct", names)
+	}
+}
+
+// A standby answers embed requests from the newest checkpoint, and every
+// reply says which daemon and which model version answered; the
+// checkpoint endpoint of any daemon is passed on to the owner.
+func TestStandbyServesNewestCheckpoint(t *testing.T) {
+	ns := startNATS(t)
+	nc := connect(t, ns.ClientURL())
+	p := clusterPipeline("kid", "serve.kid")
+	daemons := map[string]*Daemon{}
+	for _, name := range []string{"a", "b"} {
+		cfg := clusterConfig(t, ns.ClientURL(), name, 1, p)
+		cfg.Log.Level = "warn"
+		daemons[name] = startDaemon(t, cfg)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "an owner and its input stream", func() bool {
+		st, _ := clusterPipelineStatus(nc, "cl", "kid")
+		return st.Owner != "" && streamExists(js, p.StreamName())
+	})
+	n := replayFile(t, nc, "mnist-train-1000.smtdrec", "serve.kid")
+	ckpt := finalCheckpoint(t, nc, js, "kid", n)
+	var owner, standby *Daemon
+	waitFor(t, time.Minute, "the standby serving the final checkpoint", func() bool {
+		for _, d := range daemons {
+			st := pipelineStatus(d, "kid")
+			switch {
+			case st.Role == "owner":
+				owner = d
+			case st.ServedVersion == ckpt.ModelVersion:
+				standby = d
+			}
+		}
+		return owner != nil && standby != nil
+	})
+	answeredBy := map[string]int{}
+	req := nats.NewMsg(daemons["a"].fixed.EmbedSubject("kid"))
+	req.Header.Set(HeaderShape, "28,28")
+	req.Header.Set(HeaderDtype, "uint8")
+	req.Data = make([]byte, 28*28)
+	for i := range req.Data {
+		req.Data[i] = byte(i % 251)
+	}
+	for range 40 {
+		m, err := nc.RequestMsg(req, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		by := m.Header.Get(HeaderDaemon)
+		answeredBy[by]++
+		if v := m.Header.Get(HeaderModelVersion); v != fmt.Sprint(ckpt.ModelVersion) {
+			t.Errorf("%s answered with model version %s, want the checkpoint's %d", by, v, ckpt.ModelVersion)
+		}
+	}
+	if len(answeredBy) != 2 {
+		t.Errorf("answers by daemon: %v; want both to answer", answeredBy)
+	}
+	if standby.Status().Pipelines[0].Owner != owner.cluster.self.Name {
+		t.Errorf("the standby's status names owner %q, want %q", standby.Status().Pipelines[0].Owner, owner.cluster.self.Name)
 	}
 }

@@ -96,7 +96,9 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, cfg *config.Confi
 	var s jetstream.Stream
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
-		s, err = js.CreateStream(ctx, boundedStream(p.StreamName(), "smtd input of pipeline "+p.Name, p.Input.Subject, cfg.NATS))
+		sc := boundedStream(p.StreamName(), "smtd input of pipeline "+p.Name, p.Input.Subject, cfg.NATS)
+		sc.Duplicates = min(inputDuplicateWindow, sc.MaxAge)
+		s, err = js.CreateStream(ctx, sc)
 		if err != nil {
 			return streamState{}, fmt.Errorf("smtd: creating stream %s for %s: %w", p.StreamName(), p.Input.Subject, err)
 		}
@@ -109,6 +111,14 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, cfg *config.Confi
 	}
 	return newStreamState(s.CachedInfo()), nil
 }
+
+// inputDuplicateWindow is how long an input stream the daemon creates
+// remembers the Nats-Msg-Id of each message (at most nats.stream_max_age):
+// a message published again with the same id within it is acknowledged as
+// a duplicate and not stored, so re-running an interrupted smtd feed adds
+// nothing. The server keeps the ids of the window in memory; messages
+// without an id cost nothing.
+const inputDuplicateWindow = 24 * time.Hour
 
 // boundedStream is the config of a stream the daemon creates: file
 // storage, the oldest messages dropped past nats.stream_max_bytes and

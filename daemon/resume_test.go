@@ -1,13 +1,11 @@
 package daemon
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
@@ -16,7 +14,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
-	"gopkg.in/yaml.v3"
 
 	"github.com/smtd/smtd/config"
 )
@@ -79,57 +76,19 @@ func TestExactResumeAfterKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the daemon as a child process")
 	}
-	ns := startNATS(t)
-	nc := connect(t, ns.ClientURL())
 	const stream = "mnist-train-1000.smtdrec"
-
-	pipeline := func(name, subject string) config.Pipeline {
-		p := digitsPipeline(name, subject, 32)
-		p.Deterministic = true
-		p.Seed = 7
-		p.Batch.Size = 20
-		return p
-	}
-	base := func(prefix string, p config.Pipeline) *config.Config {
-		cfg := testConfig(t, p)
-		cfg.NATS.URL = ns.ClientURL()
-		cfg.Service.Name = "smtd-" + prefix
-		cfg.Service.Prefix = prefix
-		cfg.Checkpoint.EverySamples = 100
-		cfg.Log.Level = "info"
-		return cfg
-	}
-
-	// The uninterrupted reference run, in this process.
-	refCfg := base("ref", pipeline("ref", "resume.ref"))
-	ref := startDaemon(t, refCfg)
-	n := replayFile(t, nc, stream, "resume.ref")
-	waitFor(t, 2*time.Minute, "reference run", func() bool { return pipelineStatus(ref, "ref").LastSeq == uint64(n) })
-	if err := ref.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	want := lastCheckpoint(t, refCfg, "ref")
+	want, n := referenceModel(t, clusterPipeline("ref", "resume.ref"), stream)
+	want.Pipeline = "kid"
 
 	// The killed run, in child processes on a stream with the same messages.
-	kidCfg := base("kid", pipeline("kid", "resume.kid"))
-	cfgPath := filepath.Join(t.TempDir(), "kid.yaml")
-	data, err := yaml.Marshal(kidCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(cfgPath, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	var log bytes.Buffer
-	start := func() *exec.Cmd {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), childConfigEnv+"="+cfgPath)
-		cmd.Stderr = &log
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		return cmd
-	}
+	ns := startNATS(t)
+	nc := connect(t, ns.ClientURL())
+	kidCfg := testConfig(t, clusterPipeline("kid", "resume.kid"))
+	kidCfg.NATS.URL = ns.ClientURL()
+	kidCfg.Service.Name, kidCfg.Service.Prefix = "smtd-kid", "kid"
+	kidCfg.Checkpoint.EverySamples = 100
+	kidCfg.Log.Level = "info"
+	kid := newChildDaemon(t, "kid", kidCfg)
 	progress := func() uint64 {
 		var st Status
 		m, err := nc.Request("kid.status", nil, time.Second)
@@ -138,14 +97,6 @@ func TestExactResumeAfterKill(t *testing.T) {
 		}
 		return st.Pipelines[0].LastSeq
 	}
-	cmd := start()
-	defer func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		if t.Failed() {
-			t.Logf("child logs:\n%s", log.String())
-		}
-	}()
 	// The stream is published while the first instance runs; instances
 	// are killed at random points past 20%, 45% and 70% of it.
 	waitFor(t, time.Minute, "child daemon up", func() bool {
@@ -161,41 +112,23 @@ func TestExactResumeAfterKill(t *testing.T) {
 		at := uint64(float64(n) * (frac + 0.1*rng.Float64()))
 		waitFor(t, 2*time.Minute, fmt.Sprintf("child past seq %d", at), func() bool { return progress() >= at })
 		time.Sleep(time.Duration(rng.IntN(20)) * time.Millisecond)
-		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		cmd.Wait()
+		kid.signal(t, syscall.SIGKILL)
 		kills++
 		t.Logf("kill %d after seq >= %d", kills, at)
-		cmd = start()
+		kid.start(t)
 	}
 	waitFor(t, 2*time.Minute, "killed run complete", func() bool { return progress() == uint64(n) })
-	cmd.Process.Signal(syscall.SIGTERM)
-	if err := cmd.Wait(); err != nil {
+	kid.signal(t, syscall.SIGTERM)
+	if err := kid.cmd.Wait(); err != nil {
 		t.Fatalf("child exit: %v", err)
 	}
 	got := lastCheckpoint(t, kidCfg, "kid")
 	// Each restart resumed from a checkpoint, not from scratch (which
 	// would also end in the same model, proving nothing).
-	if restored := strings.Count(log.String(), "checkpoint restored"); restored != kills {
+	if restored := strings.Count(kid.log.String(), "checkpoint restored"); restored != kills {
 		t.Errorf("%d restarts restored a checkpoint, want %d", restored, kills)
 	}
-
-	if got.Samples != want.Samples || got.ModelVersion != want.ModelVersion || got.LastSeq != want.LastSeq {
-		t.Errorf("killed run: %d samples, version %d, seq %d; uninterrupted: %d, %d, %d",
-			got.Samples, got.ModelVersion, got.LastSeq, want.Samples, want.ModelVersion, want.LastSeq)
-	}
-	if !bytes.Equal(got.RNG, want.RNG) {
-		t.Error("random source state differs")
-	}
-	if len(got.Sections) != len(want.Sections) {
-		t.Fatalf("%d sections, want %d", len(got.Sections), len(want.Sections))
-	}
-	for i := range want.Sections {
-		if !bytes.Equal(got.Sections[i].Data, want.Sections[i].Data) {
-			t.Errorf("section %s differs from the uninterrupted run's", want.Sections[i].Name)
-		}
-	}
+	sameModel(t, got, want)
 }
 
 func lastCheckpoint(t testing.TB, cfg *config.Config, pipeline string) *Checkpoint {

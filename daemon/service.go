@@ -372,6 +372,17 @@ type PipelineStatus struct {
 	// ServedVersion is the model version this daemon answers queries
 	// with.
 	ServedVersion uint64 `json:"served_version"`
+
+	// Image is the shape the pipeline's images or frames must have (nil
+	// for text), so that clients such as smtd feed can convert theirs.
+	Image *ImageStatus `json:"image,omitempty"`
+}
+
+// ImageStatus is the image shape of a PipelineStatus.
+type ImageStatus struct {
+	Width    int `json:"width"`
+	Height   int `json:"height"`
+	Channels int `json:"channels"`
 }
 
 // Status is the reply of the status endpoint.
@@ -408,6 +419,9 @@ func (d *Daemon) Status() Status {
 			Received: c.Received, Redelivered: c.Redelivered, Learned: c.Learned, NotLearned: c.NotLearned,
 			Rejected: c.Rejected, ByReason: c.ByReason, Published: c.Published, Lost: c.Lost,
 			Checkpoints: c.Checkpoints, Rollbacks: c.Rollbacks,
+		}
+		if snap.cfg.Modality != config.Text {
+			ps.Image = &ImageStatus{Width: snap.cfg.Image.Width, Height: snap.cfg.Image.Height, Channels: snap.cfg.Image.Channels}
 		}
 		ps.ModelVersion = snap.version
 		ps.ServedVersion = snap.version

@@ -145,6 +145,9 @@ type fusedScratch struct {
 func (s *scratch) argmaxFused(kn *kernel, pack *packedAtoms, seeded, m int) {
 	s.best = grow(s.best, m)
 	s.cos = grow(s.cos, m)
+	if m == 0 {
+		return // every row blank: the kernels take at least one block
+	}
 	if seeded == 0 {
 		for c := range s.best[:m] {
 			s.best[c], s.cos[c] = -1, 0
@@ -205,6 +208,31 @@ func firstMax(maxs []float32, idx []int32) (int, float64) {
 		}
 	}
 	return atom, float64(best)
+}
+
+// scoresFused writes into dst (m×n, row-major) the scores of the m rows
+// packed in s.fused.x (packRows in blocks of kn.rows) against the first n ≤ panelWidth atoms
+// of the one-panel pack: the same float32 dot products as every other
+// kernel call, with the threshold kernel keeping them all.
+func (s *scratch) scoresFused(kn *kernel, pack *packedAtoms, m, n int, dst []float64) {
+	f := &s.fused
+	blocks := (m + kn.rows - 1) / kn.rows
+	rows := blocks * kn.rows
+	capacity := panelWidth + panelWidth/2 // the kernels' stores overhang
+	f.pos = grow(f.pos, rows)
+	f.cos = grow(f.cos, rows*capacity)
+	f.idx = grow(f.idx, rows*capacity)
+	for i := range f.pos {
+		f.pos[i] = int64(i * capacity)
+	}
+	// Scores of unit vectors are ≥ −1 (up to rounding); absent atoms
+	// are NaN and never kept.
+	kn.above(f.x, blocks, pack.dim, pack.data, 1, -2, f.pos, f.cos, f.idx)
+	for c := range m {
+		for q := c * capacity; q < int(f.pos[c]); q++ {
+			dst[c*n+int(f.idx[q])] = float64(f.cos[q])
+		}
+	}
 }
 
 // aboveChunk bounds the rows × capacity of one call of the above kernel,

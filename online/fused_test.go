@@ -350,3 +350,32 @@ func TestKMeansResumeWhileSeeding(t *testing.T) {
 		t.Error("resumed dictionary differs from the uninterrupted one")
 	}
 }
+
+// TestScoresFused checks the seeding scores of every kernel against the
+// float64 cosines: all n ≤ panelWidth atoms of one panel, for block
+// edges that are not multiples of the kernel's rows, none of the absent
+// (NaN) atoms.
+func TestScoresFused(t *testing.T) {
+	rng := rand.New(rand.NewPCG(83, 84))
+	for _, tc := range []struct{ m, n, dim int }{{1, 1, 36}, {7, 11, 36}, {33, 32, 25}, {1000, 10, 36}} {
+		c := newScoreCase(rng, tc.m, tc.n, tc.dim)
+		pack := newPackedAtoms(panelWidth, tc.dim)
+		for j := range tc.n {
+			pack.set(j, c.atoms.RawRowView(j))
+		}
+		for _, kn := range kernels() {
+			var s scratch
+			s.fused.x, _ = packRows(s.fused.x, c.x, tc.m, tc.dim, kn.rows)
+			got := make([]float64, tc.m*tc.n)
+			for i := range got {
+				got[i] = math.NaN()
+			}
+			s.scoresFused(kn, &pack, tc.m, tc.n, got)
+			for i, v := range got {
+				if !(math.Abs(v-c.want[i]) <= scoreTol(tc.dim)) {
+					t.Fatalf("%s, %d×%d: score %d = %v, want %v", kn.name, tc.m, tc.n, i, v, c.want[i])
+				}
+			}
+		}
+	}
+}

@@ -8,8 +8,6 @@ import (
 	"slices"
 	"sync"
 
-	"gonum.org/v1/gonum/blas"
-	"gonum.org/v1/gonum/blas/blas64"
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/smtd/smtd/internal/state"
@@ -340,13 +338,14 @@ func (k *KMeans) seed(m int, cur int64) {
 		}
 		return
 	}
-	trials := 2 + int(math.Log(float64(k.s.K)))
-	w.cand = grow(w.cand, trials*dim)
+	trials := min(2+int(math.Log(float64(k.s.K))), panelWidth)
+	if w.cand.dim != dim {
+		w.cand = newPackedAtoms(panelWidth, dim)
+	}
 	w.candRow = grow(w.candRow, trials)
 	w.scores = grow(w.scores, m*trials)
-	x := blas64.General{Rows: m, Cols: dim, Stride: dim, Data: w.x[:m*dim]}
-	cand := blas64.General{Rows: trials, Cols: dim, Stride: dim, Data: w.cand}
-	scores := blas64.General{Rows: m, Cols: trials, Stride: trials, Data: w.scores[:m*trials]}
+	scores := w.scores[:m*trials]
+	w.fused.x, _ = packRows(w.fused.x, w.x, m, dim, fused.rows)
 	for k.seeded < k.s.K {
 		var total float64
 		for _, c := range w.cos[:m] {
@@ -367,21 +366,22 @@ func (k *KMeans) seed(m int, cur int64) {
 				}
 			}
 			w.candRow[t] = pick
-			copy(w.cand[t*dim:(t+1)*dim], w.x[pick*dim:(pick+1)*dim])
+			w.cand.set(t, w.x[pick*dim:(pick+1)*dim])
 		}
-		blas64.Gemm(blas.NoTrans, blas.Trans, 1, x, cand, 0, scores)
+		// The rows are still packed from the argmaxFused above.
+		w.scoresFused(fused, &w.cand, m, trials, scores)
 		best, bestPot := 0, math.Inf(1)
 		for t := 0; t < trials; t++ {
 			var pot float64
 			for c, cs := range w.cos[:m] {
-				pot += seedWeight(max(cs, scores.Data[c*trials+t]), tol)
+				pot += seedWeight(max(cs, scores[c*trials+t]), tol)
 			}
 			if pot < bestPot {
 				best, bestPot = t, pot
 			}
 		}
 		for c := range w.cos[:m] {
-			w.cos[c] = max(w.cos[c], scores.Data[c*trials+best])
+			w.cos[c] = max(w.cos[c], scores[c*trials+best])
 		}
 		w.cos[w.candRow[best]] = 1
 		add(w.candRow[best])

@@ -555,3 +555,31 @@ func TestArgmaxRow(t *testing.T) {
 		}
 	}
 }
+
+// TestKMeansAssignAllBlank checks that a minibatch whose rows are all
+// blank (zero, as NormalizeRows leaves them) gets no atom, before and
+// after seeding, from every scoring path.
+func TestKMeansAssignAllBlank(t *testing.T) {
+	rng := rand.New(rand.NewPCG(27, 28))
+	x, _, _ := sphereClusters(rng, 10, 8, 600, 0.3)
+	km, _ := newTestKMeans(KMeansSettings{K: 16, Dim: 8}, 1)
+	blank := mat.NewDense(5, 8, nil)
+	for _, learned := range []bool{false, true} {
+		if learned {
+			km.Learn(x, nil)
+		}
+		dst := make([]int, 5)
+		km.Assign(dst, nil, blank)
+		for i, a := range dst {
+			if a != -1 {
+				t.Errorf("learned %v: blank row %d assigned to atom %d", learned, i, a)
+			}
+		}
+		var codes SparseCodes
+		km.CodesGQ(&codes, blank, 0.3)
+		if len(codes.Index) != 0 {
+			t.Errorf("learned %v: blank rows have f_gq codes %v", learned, codes.Index)
+		}
+		km.Learn(blank, nil)
+	}
+}

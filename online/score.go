@@ -37,8 +37,8 @@ type scratch struct {
 	keys   []float64 // reseeding keys, one per compacted row
 	order  []int     // reseeding order
 
-	cand    []float64 // seeding candidates, one per row
-	candRow []int     // the compacted row of each candidate
+	cand    packedAtoms // seeding candidates, one panel
+	candRow []int       // the compacted row of each candidate
 
 	fused fusedScratch
 }

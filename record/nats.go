@@ -251,6 +251,10 @@ type ReplayOptions struct {
 	// AckWait bounds the wait for one JetStream acknowledgement and for the
 	// final flush of core NATS; 0 means DefaultAckWait (10 s).
 	AckWait time.Duration
+	// Published, if not nil, is called after each message handed to
+	// NATS with the number handed so far (in the calling goroutine),
+	// for a progress display.
+	Published func(n int)
 }
 
 // Validate checks the fields' ranges and that Subject is a literal subject.
@@ -359,6 +363,9 @@ func Replay(ctx context.Context, nc *nats.Conn, r *Reader, opts ReplayOptions) (
 		}
 		if err := pub.publish(ctx, i, &nats.Msg{Subject: subj, Header: m.Header, Data: m.Data}); err != nil {
 			return pub.done(), err
+		}
+		if opts.Published != nil {
+			opts.Published(i + 1)
 		}
 	}
 	if err := pub.finish(ctx); err != nil {

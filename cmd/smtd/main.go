@@ -9,6 +9,8 @@
 //	smtd view CHECKPOINT [--out DIR]    draw what a checkpoint's model learned (PNG)
 //	smtd record --out FILE SUBJECT...   record messages to a file
 //	smtd replay FILE                    publish a recorded file
+//	smtd feed PIPELINE [FILE|DIR|-]...  publish photos, video or text to a pipeline
+//	smtd tail PIPELINE                  print (or save as .npy) a pipeline's embeddings
 //	smtd knn --train F --test F         soft-KNN accuracy of recorded outputs
 //	smtd bench NAME [flags]             run a measurement (see smtd bench --help)
 //
@@ -39,6 +41,15 @@ Usage:
         Record the messages of subjects (headers included) to a file.
   smtd replay [--server URL] [CREDENTIALS] [--rate] [--speed X] [--subject S] [--jetstream] FILE
         Publish a recorded file.
+  smtd feed [--server URL] [CREDENTIALS] [--rate N|--fps N] [--dry-run] [--labels CSV]
+            [--stream NAME] [--raw WxH] [--paragraphs] PIPELINE [FILE|DIR|-]...
+        Publish your data to a running daemon's pipeline, converted to its
+        input: PNG/JPEG photos (directories searched, labelled by their
+        directory), video (YUV4MPEG2, raw gray frames or an image
+        directory; - reads standard input) or text (one message a line).
+        Feeding the same data again adds nothing.
+  smtd tail [--server URL] [CREDENTIALS] [--count N] [--npy DIR [--every N]] PIPELINE
+        Print a pipeline's embeddings as JSON lines, or write them as .npy.
   smtd knn --train FILE --test FILE [--k 30] [--t 0.03]
         Soft-KNN top-1 of recorded, labelled outputs (smt-minimalistic App. J).
   smtd lem [--dim N] [--nonredundant] [--out FILE] FILE
@@ -82,6 +93,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = recordCmd(rest, stdout, stderr)
 	case "replay":
 		err = replayCmd(rest, stdout, stderr)
+	case "feed":
+		err = feedCmd(rest, stdout, stderr)
+	case "tail":
+		err = tailCmd(rest, stdout, stderr)
 	case "knn":
 		err = knnCmd(rest, stdout, stderr)
 	case "lem":

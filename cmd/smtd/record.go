@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/smtd/smtd/internal/progress"
 	"github.com/smtd/smtd/record"
 )
 
@@ -90,7 +91,10 @@ func replayCmd(args []string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	start := time.Now()
-	n, err := record.Replay(ctx, nc, r, record.ReplayOptions{Subject: *subject, Rate: *rate, Speed: *speed, JetStream: *js})
+	bar := progress.NewBar(progress.Stderr(), "replay", 0)
+	n, err := record.Replay(ctx, nc, r, record.ReplayOptions{Subject: *subject, Rate: *rate, Speed: *speed, JetStream: *js,
+		Published: func(int) { bar.Add(1) }})
+	bar.Done()
 	fmt.Fprintf(stdout, "replayed %d messages in %s\n", n, time.Since(start).Round(time.Millisecond))
 	return err
 }

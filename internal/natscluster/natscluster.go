@@ -68,16 +68,27 @@ func Start(dir string, n int) (*Cluster, error) {
 	return c, nil
 }
 
+// Connect connects a client to the cluster (any node, reconnecting to
+// the others) with a JetStream context.
+func (c *Cluster) Connect() (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := nats.Connect(c.URL, nats.MaxReconnects(-1))
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, js, nil
+}
+
 func (c *Cluster) waitJetStream(timeout time.Duration) error {
-	nc, err := nats.Connect(c.URL)
+	nc, js, err := c.Connect()
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
 	deadline := time.Now().Add(timeout)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)

@@ -1,0 +1,355 @@
+// Package client is a Go client of a running smtd daemon: its status,
+// embedding and nearest-word queries, and the stream of embeddings a
+// pipeline publishes, decoded into typed values.
+//
+// It needs only nats.go: a program that uses it does not link the daemon
+// or the embedded NATS server.
+//
+//	c, err := client.Connect("nats://127.0.0.1:4222")
+//	...
+//	e, err := c.Embed(ctx, "images", img)       // never trains the model
+//	fmt.Println(len(e.Vector), e.Version)
+//	err = c.Subscribe(ctx, "images", func(e client.Embedding) { ... })
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"image"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/smtd/smtd/feed"
+)
+
+// Client talks to the smtd daemons behind one NATS connection. It is safe
+// for concurrent use.
+type Client struct {
+	nc     *nats.Conn
+	owned  bool // Close closes nc
+	prefix string
+
+	mu        sync.Mutex
+	pipelines map[string]Pipeline // from the last status, by name
+}
+
+// Option configures a Client.
+type Option func(*options)
+
+type options struct {
+	prefix string
+	nats   []nats.Option
+}
+
+// WithPrefix sets the daemon's service.prefix (default "smtd").
+func WithPrefix(prefix string) Option { return func(o *options) { o.prefix = prefix } }
+
+// WithNATSOptions adds options of the NATS connection Connect makes
+// (credentials, TLS, a name).
+func WithNATSOptions(opts ...nats.Option) Option {
+	return func(o *options) { o.nats = append(o.nats, opts...) }
+}
+
+func newOptions(opts []Option) options {
+	o := options{prefix: "smtd"}
+	for _, f := range opts {
+		f(&o)
+	}
+	return o
+}
+
+// Connect connects to the NATS server at url.
+func Connect(url string, opts ...Option) (*Client, error) {
+	o := newOptions(opts)
+	nc, err := nats.Connect(url, o.nats...)
+	if err != nil {
+		return nil, fmt.Errorf("smtd client: connecting to %s: %w", url, err)
+	}
+	c := New(nc, opts...)
+	c.owned = true
+	return c, nil
+}
+
+// New returns a client on an open connection, which Close leaves open.
+func New(nc *nats.Conn, opts ...Option) *Client {
+	o := newOptions(opts)
+	return &Client{nc: nc, prefix: o.prefix}
+}
+
+// Conn returns the client's NATS connection.
+func (c *Client) Conn() *nats.Conn { return c.nc }
+
+// Close closes the connection if Connect made it.
+func (c *Client) Close() {
+	if c.owned {
+		c.nc.Close()
+	}
+}
+
+// Status is the daemon's status reply (smtd.status): the fields a client
+// needs; the reply has more (counters, model summaries), which
+// the nats CLI shows (nats req smtd.status "").
+type Status struct {
+	Version       string     `json:"version"`
+	ConfigVersion int        `json:"config_version"`
+	Pipelines     []Pipeline `json:"pipelines"`
+	// Daemon is the answering daemon's name, in cluster mode.
+	Daemon string `json:"daemon,omitempty"`
+}
+
+// Pipeline is one pipeline of a Status.
+type Pipeline struct {
+	Name string `json:"name"`
+	// Modality is "image", "video" or "text".
+	Modality string `json:"modality"`
+	// Input and Output are the pipeline's input and output subjects.
+	Input  string `json:"input"`
+	Output string `json:"output"`
+	// Image is the shape of the pipeline's images; nil for text.
+	Image        *Shape `json:"image,omitempty"`
+	ModelVersion uint64 `json:"model_version"`
+	Health       struct {
+		State  string `json:"state"`
+		Reason string `json:"reason,omitempty"`
+	} `json:"health"`
+	Received  int64 `json:"received"`
+	Learned   int64 `json:"learned"`
+	Rejected  int64 `json:"rejected"`
+	Published int64 `json:"published"`
+	Backlog   int64 `json:"backlog"`
+}
+
+// Shape is an image shape.
+type Shape struct {
+	Width    int `json:"width"`
+	Height   int `json:"height"`
+	Channels int `json:"channels"`
+}
+
+// ErrNoPipeline is returned for a pipeline the daemon does not run.
+var ErrNoPipeline = errors.New("smtd client: no such pipeline")
+
+// Error is a request the daemon refused: its micro service error code
+// ("400", "503", …) and description.
+type Error struct {
+	Subject     string
+	Code        string
+	Description string
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("smtd client: %s: %s %s", e.Subject, e.Code, e.Description)
+}
+
+// request sends data with header h to subject and returns the reply, or
+// an *Error if the daemon refused it.
+func (c *Client) request(ctx context.Context, subject string, h nats.Header, data []byte) (*nats.Msg, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+	}
+	m, err := c.nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: subject, Header: h, Data: data})
+	if err != nil {
+		return nil, fmt.Errorf("smtd client: %s: %w", subject, err)
+	}
+	if code := m.Header.Get("Nats-Service-Error-Code"); code != "" {
+		return nil, &Error{Subject: subject, Code: code, Description: m.Header.Get("Nats-Service-Error")}
+	}
+	return m, nil
+}
+
+// Status asks the daemon for its status.
+func (c *Client) Status(ctx context.Context) (*Status, error) {
+	m, err := c.request(ctx, c.prefix+".status", nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	var st Status
+	if err := json.Unmarshal(m.Data, &st); err != nil {
+		return nil, fmt.Errorf("smtd client: status reply: %w", err)
+	}
+	c.mu.Lock()
+	c.pipelines = make(map[string]Pipeline, len(st.Pipelines))
+	for _, p := range st.Pipelines {
+		c.pipelines[p.Name] = p
+	}
+	c.mu.Unlock()
+	return &st, nil
+}
+
+// Pipeline returns the status of one pipeline; the first call for a
+// pipeline asks the daemon, later ones reuse the subjects and shape it
+// gave (they do not change while the daemon runs).
+func (c *Client) Pipeline(ctx context.Context, name string) (Pipeline, error) {
+	c.mu.Lock()
+	p, ok := c.pipelines[name]
+	c.mu.Unlock()
+	if ok {
+		return p, nil
+	}
+	st, err := c.Status(ctx)
+	if err != nil {
+		return Pipeline{}, err
+	}
+	var names []string
+	for _, p := range st.Pipelines {
+		if p.Name == name {
+			return p, nil
+		}
+		names = append(names, p.Name)
+	}
+	return Pipeline{}, fmt.Errorf("%w %q (the daemon runs %s)", ErrNoPipeline, name, strings.Join(names, ", "))
+}
+
+// Embed asks for the embedding of an image by an image or video
+// pipeline, converted to the pipeline's shape as smtd feed converts
+// photos (centre cut to the aspect ratio, Catmull-Rom resize, gray for
+// one channel). The daemon answers from a snapshot of its model and never
+// learns from the query.
+func (c *Client) Embed(ctx context.Context, pipeline string, img image.Image) (Embedding, error) {
+	p, err := c.Pipeline(ctx, pipeline)
+	if err != nil {
+		return Embedding{}, err
+	}
+	if p.Image == nil {
+		return Embedding{}, fmt.Errorf("smtd client: pipeline %s takes %s, not images", pipeline, p.Modality)
+	}
+	s := feed.Shape{Width: p.Image.Width, Height: p.Image.Height, Channels: p.Image.Channels}
+	h := s.Header()
+	if p.Modality == "video" {
+		// A query is not part of any stream; the decoder still wants
+		// the headers of a frame.
+		h.Set(HeaderStream, "query")
+		h.Set(HeaderFrame, "0")
+	}
+	return c.EmbedRaw(ctx, pipeline, h, feed.Raw(nil, img, s))
+}
+
+// EmbedText asks a text pipeline for the embedding of text (the mean of
+// its words' embeddings).
+func (c *Client) EmbedText(ctx context.Context, pipeline, text string) (Embedding, error) {
+	return c.EmbedRaw(ctx, pipeline, nil, []byte(text))
+}
+
+// EmbedRaw asks for the embedding of an input message given as it would
+// be published on the pipeline's input subject (README, "Wire formats").
+func (c *Client) EmbedRaw(ctx context.Context, pipeline string, h nats.Header, data []byte) (Embedding, error) {
+	m, err := c.request(ctx, c.prefix+".embed."+pipeline, h, data)
+	if err != nil {
+		return Embedding{}, err
+	}
+	return Decode(m)
+}
+
+// Neighbours is the reply of a nearest-word query.
+type Neighbours struct {
+	Pipeline     string `json:"pipeline"`
+	ModelVersion uint64 `json:"model_version"`
+	Word         string `json:"word"`
+	// Neighbours are the nearest words, most similar first.
+	Neighbours []Neighbour `json:"neighbours"`
+}
+
+// Neighbour is a word and the cosine of its embedding with the query's.
+type Neighbour struct {
+	Word   string  `json:"word"`
+	Cosine float64 `json:"cosine"`
+}
+
+// Neighbours asks a text pipeline for the k words nearest to word (k 0:
+// the daemon's default, 10).
+func (c *Client) Neighbours(ctx context.Context, pipeline, word string, k int) (*Neighbours, error) {
+	body, err := json.Marshal(struct {
+		Word string `json:"word"`
+		K    int    `json:"k,omitempty"`
+	}{word, k})
+	if err != nil {
+		return nil, err
+	}
+	m, err := c.request(ctx, c.prefix+".neighbours."+pipeline, nil, body)
+	if err != nil {
+		return nil, err
+	}
+	var n Neighbours
+	if err := json.Unmarshal(m.Data, &n); err != nil {
+		return nil, fmt.Errorf("smtd client: neighbours reply: %w", err)
+	}
+	return &n, nil
+}
+
+// Subscribe calls fn with each output of pipeline, in the order they
+// arrive, on the calling goroutine, until ctx is done (it then returns
+// nil), or an output cannot be decoded or the subscription fails (it
+// returns the error).
+func (c *Client) Subscribe(ctx context.Context, pipeline string, fn func(Embedding)) error {
+	o, err := c.Outputs(ctx, pipeline)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	defer o.Close()
+	for {
+		e, err := o.Next(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		fn(e)
+	}
+}
+
+// Outputs is a subscription to a pipeline's outputs.
+type Outputs struct {
+	// Subject is the pipeline's output subject.
+	Subject string
+	sub     *nats.Subscription
+}
+
+// Outputs subscribes to the outputs of pipeline. When it returns, the
+// server has the subscription: every output published from then on is
+// received. Outputs not yet read by Next wait, up to 65,536 messages or
+// 256 MiB; past that NATS drops them and Next returns
+// nats.ErrSlowConsumer.
+func (c *Client) Outputs(ctx context.Context, pipeline string) (*Outputs, error) {
+	p, err := c.Pipeline(ctx, pipeline)
+	if err != nil {
+		return nil, err
+	}
+	sub, err := c.nc.SubscribeSync(p.Output)
+	if err != nil {
+		return nil, fmt.Errorf("smtd client: subscribing to %s: %w", p.Output, err)
+	}
+	if err := sub.SetPendingLimits(1<<16, 256<<20); err != nil {
+		sub.Unsubscribe()
+		return nil, err
+	}
+	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := c.nc.FlushWithContext(fctx); err != nil {
+		sub.Unsubscribe()
+		return nil, fmt.Errorf("smtd client: subscribing to %s: %w", p.Output, err)
+	}
+	return &Outputs{Subject: p.Output, sub: sub}, nil
+}
+
+// Next waits for the next output and decodes it.
+func (o *Outputs) Next(ctx context.Context) (Embedding, error) {
+	m, err := o.sub.NextMsgWithContext(ctx)
+	if err != nil {
+		return Embedding{}, fmt.Errorf("smtd client: %s: %w", o.Subject, err)
+	}
+	return Decode(m)
+}
+
+// Close ends the subscription.
+func (o *Outputs) Close() error { return o.sub.Unsubscribe() }
