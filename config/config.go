@@ -35,6 +35,9 @@ type Config struct {
 	// NATS cluster: each pipeline is learned by the one daemon that holds
 	// its lease, and served by all.
 	Cluster Cluster `yaml:"cluster"`
+	// Observe serves the daemon's metrics, health and live page over
+	// HTTP.
+	Observe Observe `yaml:"observe"`
 	// Pipelines wire input subjects to learners and output subjects.
 	Pipelines []Pipeline `yaml:"pipelines"`
 }
@@ -59,6 +62,19 @@ type Cluster struct {
 	// time a standby waits before it takes over from an owner that
 	// stopped (killed, frozen or cut off). Default 4s, in 1s..5m.
 	LeaseTTL time.Duration `yaml:"lease_ttl"`
+}
+
+// Observe configures the daemon's HTTP server for monitoring: Prometheus
+// metrics on /metrics, liveness on /healthz, readiness on /readyz, and a
+// live page on / that shows each pipeline's health and what its model is
+// learning (README "Monitoring").
+type Observe struct {
+	// HTTP is the server's host:port, e.g. "127.0.0.1:9090" (port 0
+	// picks a free port). Empty, the default, serves nothing. The page
+	// and endpoints have no authentication: anyone who reaches the
+	// address sees the metrics and the models and may embed images, so
+	// keep it on loopback or behind a proxy that authenticates.
+	HTTP string `yaml:"http"`
 }
 
 // Log configures logging.

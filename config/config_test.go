@@ -42,6 +42,8 @@ func TestLoadFiles(t *testing.T) {
 			"query-pool.bad.yaml:2: service.query_workers: must be in 0..1024 (0: GOMAXPROCS), got -1",
 			"query-pool.bad.yaml:3: service.query_queue: must be in 1..1048576, got 0",
 		}},
+		{file: "observe.good.yaml"},
+		{file: "observe.bad.yaml", wantErr: []string{`observe.bad.yaml:2: observe.http: must be empty or host:port with port 0..65535, got "localhost"`}},
 		{file: "cluster.good.yaml"},
 		{file: "cluster-embedded.bad.yaml", wantErr: []string{
 			"cluster-embedded.bad.yaml:2: nats.replicas: must be 1 with the embedded server",

@@ -72,6 +72,7 @@ func (c *Config) validate(file string, present map[string]int) Errors {
 		v.check(validListen(c.NATS.Listen), "nats.listen", "must be host:port with port -1..65535, got %q", c.NATS.Listen)
 	}
 	c.NATS.validateSecurity(v)
+	v.check(c.Observe.HTTP == "" || validHTTPAddr(c.Observe.HTTP), "observe.http", "must be empty or host:port with port 0..65535, got %q", c.Observe.HTTP)
 	v.check(c.NATS.MaxPayload > 0 && c.NATS.MaxPayload <= 64<<20, "nats.max_payload", "must be in 1..67108864 bytes, got %d", c.NATS.MaxPayload)
 	v.check(c.NATS.StreamMaxBytes > 0, "nats.stream_max_bytes", "must be > 0, got %d", c.NATS.StreamMaxBytes)
 	v.check(c.NATS.StreamMaxAge > 0, "nats.stream_max_age", "must be > 0, got %s", c.NATS.StreamMaxAge)
@@ -283,6 +284,16 @@ func validListen(s string) bool {
 	}
 	n, err := strconv.Atoi(port)
 	return err == nil && n >= -1 && n <= 65535
+}
+
+// validHTTPAddr reports whether s is a host:port net/http can listen on.
+func validHTTPAddr(s string) bool {
+	_, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return false
+	}
+	n, err := strconv.Atoi(port)
+	return err == nil && n >= 0 && n <= 65535
 }
 
 // validSubject reports whether s is a NATS subject: non-empty tokens

@@ -56,6 +56,7 @@ type Daemon struct {
 	// queries serves the embed and neighbours endpoints; nil until the
 	// service is added.
 	queries *queryPool
+	http    *httpServer // nil unless observe.http is set
 
 	// storage says why JetStream is disabled on the embedded server; nil
 	// while it runs.
@@ -172,7 +173,7 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 	if err := d.nc.FlushTimeout(10 * time.Second); err != nil {
 		return fmt.Errorf("smtd: registering the service endpoints: %w", err)
 	}
-	return nil
+	return d.startHTTP()
 }
 
 // startPipeline restores pl from its newest good checkpoint and attaches
@@ -241,6 +242,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 // nothing and return the first call's result.
 func (d *Daemon) Shutdown(ctx context.Context) error {
 	d.shutdownOnce.Do(func() {
+		d.stopHTTP(ctx)
 		if d.cancel != nil {
 			d.cancel()
 		}

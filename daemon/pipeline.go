@@ -180,6 +180,7 @@ type pipeline struct {
 
 	snap     atomic.Pointer[snapshot]
 	stats    counters
+	obs      *pipelineMetrics
 	tune     chan tuneRequest
 	ckptReq  chan checkpointRequest
 	finished chan struct{}
@@ -192,6 +193,7 @@ func newPipeline(d *Daemon, p config.Pipeline) *pipeline {
 		cfg:      p,
 		ckpt:     d.cfg.Checkpoint,
 		log:      d.log.With().Str("pipeline", p.Name).Logger(),
+		obs:      newPipelineMetrics(p.Name),
 		tune:     make(chan tuneRequest),
 		ckptReq:  make(chan checkpointRequest),
 		finished: make(chan struct{}),
@@ -255,6 +257,7 @@ func (pl *pipeline) restore(c *Checkpoint) error {
 		pl.stats.learned.Store(c.Samples) // a checkpoint of an older smtd
 	}
 	pl.stats.lastSeq.Store(c.LastSeq)
+	pl.obs.checkpointed(c.Created, 0)
 	return nil
 }
 
@@ -383,6 +386,8 @@ func (pl *pipeline) process(ctx context.Context, msgs []inMsg) {
 	if pl.deliveryGap(ctx, msgs) {
 		return
 	}
+	start := time.Now()
+	defer func() { pl.obs.batch.Observe(time.Since(start).Seconds()) }()
 	batch := make([]sample, 0, len(msgs))
 	for _, m := range msgs {
 		if m.seq <= pl.lastSeq && pl.stream.name != "" {
@@ -734,6 +739,7 @@ func (pl *pipeline) checkpoint(ctx context.Context) (*checkpointInfo, error) {
 	pl.lastCkptTime = time.Now()
 	pl.lastCkptSeq = pl.lastSeq
 	pl.stats.checkpoints.Add(1)
+	pl.obs.checkpointed(pl.lastCkptTime, info.Bytes)
 	pl.log.Info().Uint64("version", pl.version).Int64("samples", pl.samples).Uint64("last_seq", pl.lastSeq).Str("file", info.File).Str("object", info.Object).Msg("checkpoint written")
 	pl.d.publishEvent("events.checkpoint", info)
 	return info, nil

@@ -185,7 +185,9 @@ func (p *queryPool) respond(q *query, r *queryReply) {
 		return
 	}
 	st.answered.Add(1)
-	st.observe(time.Since(q.start))
+	took := time.Since(q.start)
+	st.observe(took)
+	q.pl.obs.query[q.kind].Observe(took.Seconds())
 }
 
 // snapshotEncoder returns the worker's copy of the pipeline's current

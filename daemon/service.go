@@ -26,6 +26,8 @@ func (d *Daemon) addService() (micro.Service, error) {
 		Name:        d.cfg.Service.Name,
 		Version:     Version,
 		Description: "smtd: streaming representation learning (sparse manifold transform)",
+		// `nats micro stats` shows the pipelines' health too.
+		StatsHandler: d.endpointStats,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("smtd: micro service: %w", err)

@@ -6,6 +6,7 @@
 //
 //	smtd run [--config FILE]            run the daemon (embedded NATS by default)
 //	smtd inspect CHECKPOINT             print what a checkpoint holds
+//	smtd view CHECKPOINT [--out DIR]    draw what a checkpoint's model learned (PNG)
 //	smtd record --out FILE SUBJECT...   record messages to a file
 //	smtd replay FILE                    publish a recorded file
 //	smtd feed PIPELINE [FILE|DIR|-]...  publish photos, video or text to a pipeline
@@ -33,6 +34,9 @@ Usage:
         ./smtd-data, pipelines images, frames and words.
   smtd inspect [--json] CHECKPOINT
         Print what a checkpoint file holds.
+  smtd view CHECKPOINT [--out DIR]
+        Write PNG pictures of what a checkpoint's model has learned (its
+        atoms or receptive fields), as the live page shows them.
   smtd record [--server URL] [CREDENTIALS] --out FILE [--count N] [--duration D] SUBJECT...
         Record the messages of subjects (headers included) to a file.
   smtd replay [--server URL] [CREDENTIALS] [--rate] [--speed X] [--subject S] [--jetstream] FILE
@@ -83,6 +87,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = runDaemon(rest, stderr)
 	case "inspect":
 		err = inspect(rest, stdout, stderr)
+	case "view":
+		err = viewCmd(rest, stdout, stderr)
 	case "record":
 		err = recordCmd(rest, stdout, stderr)
 	case "replay":
