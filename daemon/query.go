@@ -25,12 +25,13 @@ import (
 //	Nats-Service-Error: busy: ...
 //
 // Workers (service.query_workers) encode from the pipeline's published
-// snapshot. A snapshot's encode writes workspaces inside the model, so a
-// worker never encodes the published snapshot itself: it encodes with its
-// own deep copy of it (model.snapshot of the snapshot), made once per
-// snapshot it sees. The published snapshot is only ever read, by any
-// number of goroutines; the live model is never touched. Queries never
-// train.
+// snapshot. A snapshot's parameters are only ever read, by any number of
+// goroutines; the workspaces an encode writes are the worker's own: a
+// worker encodes with a reader of the snapshot (model.reader), which
+// shares the snapshot's parameters and keeps the worker's workspaces from
+// one snapshot to the next. So a new snapshot, published after every
+// batch, costs a worker no copy of the model and no new workspaces. The
+// live model is never touched. Queries never train.
 //
 // A worker replies by publishing on the request's reply subject itself,
 // with the headers micro.Request.Error would set, because a micro.Request
@@ -147,10 +148,10 @@ func (p *queryPool) stop() {
 	p.wg.Wait()
 }
 
-// encoder is a worker's private copy of one published snapshot.
+// encoder is a worker's reader of one published snapshot.
 type encoder struct {
 	from  *snapshot
-	model model
+	model model // from.model.reader(...)
 }
 
 // work answers queries until the pool stops.
@@ -188,22 +189,21 @@ func (p *queryPool) respond(q *query, r *queryReply) {
 	st.observe(time.Since(q.start))
 }
 
-// snapshotEncoder returns the worker's copy of the pipeline's current
-// snapshot, copying it when the pipeline has published a newer one. Text
-// models encode without writing (the mean of immutable word vectors), so
-// their snapshot is used as it is.
+// snapshotEncoder returns the worker's reader of the pipeline's current
+// snapshot, moving its workspaces to a reader of the newer snapshot when
+// the pipeline has published one.
 func (pl *pipeline) snapshotEncoder(encoders map[*pipeline]*encoder) (*snapshot, model) {
 	snap := pl.snap.Load()
 	if snap == nil {
 		return nil, nil
 	}
-	if _, ok := snap.model.(*textModel); ok {
-		return snap, snap.model
-	}
 	e := encoders[pl]
-	if e == nil || e.from != snap {
-		e = &encoder{from: snap, model: snap.model.snapshot()}
+	if e == nil {
+		e = &encoder{}
 		encoders[pl] = e
+	}
+	if e.from != snap {
+		e.from, e.model = snap, snap.model.reader(e.model)
 	}
 	return snap, e.model
 }

@@ -70,38 +70,83 @@ func TestQueryQueueBusy(t *testing.T) {
 	}
 }
 
-// A worker encodes with its own copy of the published snapshot (the
-// snapshot of a snapshot): for every kind of model the copy's outputs are
-// the snapshot's own, bit for bit.
-func TestSnapshotCopyEncodesBitForBit(t *testing.T) {
+// learnedModel returns a model of pipeline p after six batches, with the
+// first sample of each batch as probes.
+func learnedModel(t *testing.T, p config.Pipeline) (model, []sample) {
+	t.Helper()
+	m := newModel(&p, rand.NewPCG(p.Seed, 1))
+	var probes []sample
+	for b := range 6 {
+		var batch []sample
+		for i := range 8 {
+			h, data := normalImage(8*b + i)
+			if p.Modality == config.Text {
+				h, data = nil, []byte("the quick brown fox jumps over the lazy dog "+strconv.Itoa(i))
+			}
+			s, err := decode(&p, h, data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			batch = append(batch, s)
+		}
+		if _, err := m.learn(batch); err != nil {
+			t.Logf("batch %d: %v", b, err)
+		}
+		probes = append(probes, batch[0])
+	}
+	return m, probes
+}
+
+// Readers of one published snapshot, each with its own workspaces, encode
+// at once on many goroutines what a serial encode of a private copy of
+// the snapshot (model.snapshot of the snapshot) encodes, bit for bit, for
+// every kind of model: encoding reads the snapshot's parameters only (run
+// under -race). A reader that takes over the workspaces of a reader of an
+// older snapshot, as a query worker's does, encodes the newer snapshot.
+func TestSnapshotReadersEncodeConcurrently(t *testing.T) {
 	for _, p := range fuzzPipelines() {
 		t.Run(p.Name, func(t *testing.T) {
-			m := newModel(&p, rand.NewPCG(p.Seed, 1))
-			var probes []sample
-			for b := range 6 {
-				var batch []sample
-				for i := range 8 {
-					h, data := normalImage(8*b + i)
-					if p.Modality == config.Text {
-						h, data = nil, []byte("the quick brown fox jumps over the lazy dog "+strconv.Itoa(i))
-					}
-					s, err := decode(&p, h, data)
-					if err != nil {
-						t.Fatal(err)
-					}
-					batch = append(batch, s)
-				}
-				if _, err := m.learn(batch); err != nil {
-					t.Logf("batch %d: %v", b, err)
-				}
-				probes = append(probes, batch[0])
+			m, probes := learnedModel(t, p)
+			old := m.snapshot()
+			oldReader := old.reader(nil)
+			oldReader.encode(probes) // fill its workspaces
+			h, data := normalImage(99)
+			if p.Modality == config.Text {
+				h, data = nil, []byte("a newer batch of words than the quick brown fox")
+			}
+			s, err := decode(&p, h, data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := m.learn([]sample{s, s, s}); err != nil {
+				t.Logf("last batch: %v", err)
 			}
 			snap := m.snapshot()
-			want := snap.encode(probes)
-			got := snap.snapshot().encode(probes)
-			for i := range want {
-				if !equalBits(got[i].vector, want[i].vector) {
-					t.Errorf("probe %d: the copy encodes %v, the snapshot %v", i, got[i].vector, want[i].vector)
+			want := snap.snapshot().encode(probes)
+
+			const workers, rounds = 4, 20
+			got := make([][]output, workers)
+			var wg sync.WaitGroup
+			for w := range workers {
+				var prev model
+				if w == 0 {
+					prev = oldReader
+				}
+				r := snap.reader(prev)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range rounds {
+						got[w] = r.encode(probes)
+					}
+				}()
+			}
+			wg.Wait()
+			for w := range workers {
+				for i := range want {
+					if !equalBits(got[w][i].vector, want[i].vector) {
+						t.Fatalf("reader %d, probe %d: encodes %v, a serial copy %v", w, i, got[w][i].vector, want[i].vector)
+					}
 				}
 			}
 		})
@@ -216,7 +261,7 @@ func TestQueriesFloodWhileLearning(t *testing.T) {
 				t.Fatal(err)
 			}
 			// The published snapshot is read by the workers: encode a
-			// copy, never the snapshot itself, on this goroutine.
+			// private copy of it on this goroutine.
 			o := snap.model.snapshot().encode([]sample{s})[0]
 			o.version = snap.version
 			if want := encodeOutput(&snap.cfg, "", &o).Data; !bytes.Equal(rep.Data, want) {
