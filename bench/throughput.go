@@ -50,6 +50,7 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 	workers := fs.Int("workers", 0, "service.query_workers (0: GOMAXPROCS)")
 	queue := fs.Int("queue", config.Default().Service.QueryQueue, "service.query_queue")
 	rounds := fs.Int("rounds", 3, "alternating library and daemon learning runs; their medians are reported")
+	tracePath := fs.String("trace", "", "write an execution trace (runtime/trace) of the query phase at -rate to `file`")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -134,7 +135,12 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 		learnRate := float64(in.learned()-learnedBefore) / time.Since(start).Seconds()
 		return load, learnRate, err
 	}
+	stopTrace, err := startTrace(*tracePath)
+	if err != nil {
+		return err
+	}
 	steady, steadyLearn, err := phase("steady", *rate)
+	stopTrace()
 	if err != nil {
 		return err
 	}
