@@ -53,6 +53,14 @@ type model interface {
 	describe() map[string]any
 }
 
+// stagedLearner is a model whose learn calls a function between the
+// stages of a batch (nil: none), on the learning goroutine. The pipeline
+// gives way there to the queries in flight (service.learn_yield); the
+// library (OfflineLearner) sets none.
+type stagedLearner interface {
+	betweenStages(f func())
+}
+
 // Section is one named part of a model's serialised state.
 type Section struct {
 	Name string

@@ -170,6 +170,9 @@ type pipeline struct {
 	health                  atomic.Pointer[Health]
 
 	snap     atomic.Pointer[snapshot]
+	gate     queryGate     // the queries waiting to be encoded, which learning gives way to
+	yield    time.Duration // service.learn_yield
+	yieldFor time.Duration // what is left of yield in this batch
 	stats    counters
 	tune     chan tuneRequest
 	ckptReq  chan checkpointRequest
@@ -191,6 +194,10 @@ func newPipeline(d *Daemon, p config.Pipeline) *pipeline {
 		finished: make(chan struct{}),
 	}
 	pl.model.tune(&p)
+	if m, ok := pl.model.(stagedLearner); ok {
+		pl.yield = d.cfg.Service.LearnYield
+		m.betweenStages(func() { pl.yieldFor -= pl.gate.wait(pl.yieldFor) })
+	}
 	pl.health.Store(&Health{State: HealthOK})
 	return pl
 }
@@ -422,6 +429,7 @@ func (pl *pipeline) deliveryGap(ctx context.Context, msgs []inMsg) bool {
 // and the batch's outputs are not published. The model version counts
 // the batches that changed the model.
 func (pl *pipeline) learn(ctx context.Context, batch []sample, seq uint64) {
+	pl.yieldFor = pl.yield
 	outs, err := pl.model.learn(batch)
 	refused := errors.Is(err, errRefused)
 	if err != nil {

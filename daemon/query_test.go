@@ -304,3 +304,80 @@ func TestQueriesFloodWhileLearning(t *testing.T) {
 }
 
 var _ micro.Request = (*fakeRequest)(nil)
+
+// The gate lets a learner through at once while no query waits, holds it
+// while one does, for at most the time given, and releases it when the
+// last waiting query is started on.
+func TestQueryGateHoldsLearnerWhileQueriesWait(t *testing.T) {
+	var g queryGate
+	if d := g.wait(time.Second); d != 0 {
+		t.Fatalf("no query waits: blocked %v", d)
+	}
+	g.enter()
+	if d := g.wait(0); d != 0 {
+		t.Errorf("learn_yield 0: blocked %v", d)
+	}
+	if d := g.wait(5 * time.Millisecond); d < 5*time.Millisecond {
+		t.Errorf("a query waits: blocked %v, want the whole 5ms", d)
+	}
+	g.enter()
+	done := make(chan time.Duration)
+	go func() { done <- g.wait(time.Minute) }()
+	g.leave()
+	select {
+	case d := <-done:
+		t.Fatalf("one of two queries started: the learner went on after %v", d)
+	case <-time.After(10 * time.Millisecond):
+	}
+	g.leave()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the last query started and the learner still waits")
+	}
+	if d := g.wait(time.Second); d != 0 {
+		t.Errorf("no query waits any more: blocked %v", d)
+	}
+}
+
+// A learner calls its pipeline's hook between the stages of every batch,
+// several times per batch, and learns exactly what it learns without one.
+func TestLearnerYieldsBetweenStages(t *testing.T) {
+	for _, p := range fuzzPipelines() {
+		if p.Modality == config.Text || p.Learner != config.LearnerSMT {
+			continue
+		}
+		t.Run(p.Name, func(t *testing.T) {
+			plain := newModel(&p, rand.NewPCG(p.Seed, 1))
+			hooked := newModel(&p, rand.NewPCG(p.Seed, 1))
+			calls := 0
+			hooked.(stagedLearner).betweenStages(func() { calls++ })
+			for b := range 4 {
+				var batch []sample
+				for i := range 16 {
+					h, data := normalImage(16*b + i)
+					s, err := decode(&p, h, data)
+					if err != nil {
+						t.Fatal(err)
+					}
+					s.seq = uint64(16*b + i + 1)
+					batch = append(batch, s)
+				}
+				before := calls
+				want, werr := plain.learn(batch)
+				got, gerr := hooked.learn(batch)
+				if (werr == nil) != (gerr == nil) {
+					t.Fatalf("batch %d: errors %v and %v", b, werr, gerr)
+				}
+				if calls-before < 4 {
+					t.Errorf("batch %d: %d yields, want one between each pair of stages", b, calls-before)
+				}
+				for i := range want {
+					if !equalBits(got[i].vector, want[i].vector) {
+						t.Fatalf("batch %d output %d: %v with yields, %v without", b, i, got[i].vector, want[i].vector)
+					}
+				}
+			}
+		})
+	}
+}
