@@ -192,12 +192,9 @@ func newPipeline(d *Daemon, p config.Pipeline) *pipeline {
 		tune:     make(chan tuneRequest),
 		ckptReq:  make(chan checkpointRequest),
 		finished: make(chan struct{}),
+		yield:    d.cfg.Service.LearnYield,
 	}
 	pl.model.tune(&p)
-	if m, ok := pl.model.(stagedLearner); ok {
-		pl.yield = d.cfg.Service.LearnYield
-		m.betweenStages(func() { pl.yieldFor -= pl.gate.wait(pl.yieldFor) })
-	}
 	pl.health.Store(&Health{State: HealthOK})
 	return pl
 }
@@ -429,7 +426,7 @@ func (pl *pipeline) deliveryGap(ctx context.Context, msgs []inMsg) bool {
 // and the batch's outputs are not published. The model version counts
 // the batches that changed the model.
 func (pl *pipeline) learn(ctx context.Context, batch []sample, seq uint64) {
-	pl.yieldFor = pl.yield
+	pl.giveWayToQueries()
 	outs, err := pl.model.learn(batch)
 	refused := errors.Is(err, errRefused)
 	if err != nil {

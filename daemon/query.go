@@ -274,6 +274,24 @@ func (s *queryStats) status() QueryStatus {
 	return st
 }
 
+// giveWayToQueries makes the pipeline's model, if it learns in stages,
+// wait between the stages of the next batch while the pipeline's queries
+// wait for a worker, for at most service.learn_yield in all. It is set
+// before every batch, so that a model built anew (restored, reset) gives
+// way as well.
+func (pl *pipeline) giveWayToQueries() {
+	m, ok := pl.model.(stagedLearner)
+	if !ok {
+		return
+	}
+	pl.yieldFor = pl.yield
+	if pl.yield > 0 {
+		m.betweenStages(func() { pl.yieldFor -= pl.gate.wait(pl.yieldFor) })
+	} else {
+		m.betweenStages(nil)
+	}
+}
+
 // queryGate counts the queries of one pipeline that wait for a worker to
 // start on them, from the moment they are queued, so that the pipeline's
 // learner can give way to them: on two cores, a learner that runs a batch
