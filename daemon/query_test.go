@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/smtd/smtd/config"
+	"github.com/smtd/smtd/record"
 )
 
 // fakeRequest records the error reply of a micro handler.
@@ -380,4 +381,49 @@ func TestLearnerYieldsBetweenStages(t *testing.T) {
 			}
 		})
 	}
+}
+
+// BenchmarkEmbedNewSnapshot is the query that first meets a newly
+// published snapshot of the default image pipeline (K = 256, SMT
+// dimension 32, 28x28 MNIST): a worker's reader takes over its workspaces
+// ("reader"), where a private deep copy of the snapshot, with new
+// workspaces, used to be made ("copy").
+func BenchmarkEmbedNewSnapshot(b *testing.B) {
+	p := config.DefaultPipeline(config.Image, "images")
+	m := newModel(&p, rand.NewPCG(p.Seed, 1))
+	msgs := readStream(b, "mnist-train-1000.smtdrec")
+	decodeAll := func(msgs []*record.Message) []sample {
+		var out []sample
+		for _, r := range msgs {
+			s, err := decode(&p, r.Header, r.Data)
+			if err != nil {
+				b.Fatal(err)
+			}
+			out = append(out, s)
+		}
+		return out
+	}
+	train := decodeAll(msgs[:10*p.Batch.Size])
+	for i := 0; i < len(train); i += p.Batch.Size {
+		if _, err := m.learn(train[i : i+p.Batch.Size]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	snap := m.snapshot()
+	probe := decodeAll(msgs[len(msgs)-1:])
+	b.Run("reader", func(b *testing.B) {
+		r := snap.reader(nil)
+		r.encode(probe)
+		b.ReportAllocs()
+		for b.Loop() {
+			r = snap.reader(r)
+			r.encode(probe)
+		}
+	})
+	b.Run("copy", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			snap.snapshot().encode(probe)
+		}
+	})
 }
