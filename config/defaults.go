@@ -19,7 +19,7 @@ func Default() *Config {
 			StreamMaxBytes: 1 << 30,
 			StreamMaxAge:   24 * time.Hour,
 		},
-		Service: Service{Name: "smtd", Prefix: "smtd", QueryQueue: 256, LearnYield: 2 * time.Millisecond},
+		Service: Service{Name: "smtd", Prefix: "smtd", QueryQueue: 256},
 		Checkpoint: Checkpoint{
 			EverySamples: 10000,
 			Every:        5 * time.Minute,

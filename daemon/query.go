@@ -34,8 +34,8 @@ import (
 // live model is never touched. Queries never train.
 //
 // While a pipeline's queries wait for a worker to start on them, its
-// learner gives way to them between the stages of a batch, for at most
-// service.learn_yield per batch (see queryGate).
+// learner may give way to them between the stages of a batch, for at
+// most service.learn_yield per batch (see queryGate; default 0: never).
 //
 // A worker replies by publishing on the request's reply subject itself,
 // with the headers micro.Request.Error would set, because a micro.Request
