@@ -3,6 +3,7 @@ package bench
 import (
 	"os"
 	"runtime/pprof"
+	"runtime/trace"
 )
 
 // startCPUProfile writes a CPU profile to path until the returned stop is
@@ -21,6 +22,27 @@ func startCPUProfile(path string) (stop func(), err error) {
 	}
 	return func() {
 		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
+}
+
+// startTrace writes an execution trace to path until the returned stop is
+// called; with an empty path it does nothing. The trace shows what a slow
+// query waited for: a P, the garbage collector, or the network.
+func startTrace(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := trace.Start(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		trace.Stop()
 		f.Close()
 	}, nil
 }

@@ -37,8 +37,9 @@ import (
 //     every query must get an answer or a fast busy error (503 "busy: …"),
 //     reported with the p99 of the busy replies.
 //
-// The daemon runs with its configured query workers and queue
-// (service.query_workers, service.query_queue; flags -workers, -queue).
+// The daemon runs with its configured query workers and queue and the
+// learner's yield to queries (service.query_workers, service.query_queue,
+// service.learn_yield; flags -workers, -queue, -learn-yield).
 func Throughput(ctx context.Context, w io.Writer, args []string) error {
 	fs := flag.NewFlagSet("bench throughput", flag.ContinueOnError)
 	dir := fs.String("mnist", "../shared/data/mnist", "`directory` with the MNIST IDX files (gzip'd or not)")
@@ -49,7 +50,9 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 	timeout := fs.Duration("timeout", 5*time.Second, "a query not answered within this is a timeout")
 	workers := fs.Int("workers", 0, "service.query_workers (0: GOMAXPROCS)")
 	queue := fs.Int("queue", config.Default().Service.QueryQueue, "service.query_queue")
+	learnYield := fs.Duration("learn-yield", config.Default().Service.LearnYield, "service.learn_yield")
 	rounds := fs.Int("rounds", 3, "alternating library and daemon learning runs; their medians are reported")
+	tracePath := fs.String("trace", "", "write an execution trace (runtime/trace) of the query phase at -rate to `file`")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -104,7 +107,7 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 		}
 		// The daemon, with the query pool under test.
 		if in, err = startDaemonWith(ctx, p, os.Stderr, func(c *config.Config) {
-			c.Service.QueryWorkers, c.Service.QueryQueue = *workers, *queue
+			c.Service.QueryWorkers, c.Service.QueryQueue, c.Service.LearnYield = *workers, *queue, *learnYield
 		}); err != nil {
 			return err
 		}
@@ -134,7 +137,12 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 		learnRate := float64(in.learned()-learnedBefore) / time.Since(start).Seconds()
 		return load, learnRate, err
 	}
+	stopTrace, err := startTrace(*tracePath)
+	if err != nil {
+		return err
+	}
 	steady, steadyLearn, err := phase("steady", *rate)
+	stopTrace()
 	if err != nil {
 		return err
 	}
@@ -152,6 +160,7 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 	line("throughput_smt_dim", p.SMT.Dim)
 	line("throughput_query_workers", *workers)
 	line("throughput_query_queue", *queue)
+	line("throughput_learn_yield_ms", fmt.Sprintf("%.1f", ms(*learnYield)))
 	line("throughput_rounds", *rounds)
 	line("throughput_library_images_per_s", fmt.Sprintf("%.0f", libRate))
 	line("throughput_daemon_images_per_s", fmt.Sprintf("%.0f", daemonRate))

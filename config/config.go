@@ -210,8 +210,8 @@ type Service struct {
 	// Default "smtd".
 	Prefix string `yaml:"prefix"`
 	// QueryWorkers is how many goroutines encode embed and neighbours
-	// queries at once, each from its own copy of the pipeline's snapshot;
-	// 0 means GOMAXPROCS. Fewer workers leave more of the cores to
+	// queries at once, all from the pipeline's published snapshot, each
+	// in workspaces of its own; 0 means GOMAXPROCS. Fewer workers leave more of the cores to
 	// learning; more answer more queries per second. Default 0.
 	QueryWorkers int `yaml:"query_workers"`
 	// QueryQueue is how many queries may wait for a worker. A query that
@@ -219,6 +219,15 @@ type Service struct {
 	// description starting "busy:", instead of waiting until the client
 	// times out. Default 256.
 	QueryQueue int `yaml:"query_queue"`
+	// LearnYield is how long, at most in each batch, a pipeline's
+	// learner waits, between the stages of the batch, while embed and
+	// neighbours queries of that pipeline wait for a worker to start on
+	// them: the learner hands its core to the queries instead of
+	// competing with them for it. Learning slows by at most this per
+	// batch; 0 never waits. At most 1s. Default 0: on a shared 2-core
+	// machine `smtd bench throughput -learn-yield 2ms` measured no gain
+	// over 0 within the noise.
+	LearnYield time.Duration `yaml:"learn_yield"`
 }
 
 // Checkpoint configures periodic checkpoints. Checkpoints are also written

@@ -41,6 +41,7 @@ func TestLoadFiles(t *testing.T) {
 		{file: "query-pool.bad.yaml", wantErr: []string{
 			"query-pool.bad.yaml:2: service.query_workers: must be in 0..1024 (0: GOMAXPROCS), got -1",
 			"query-pool.bad.yaml:3: service.query_queue: must be in 1..1048576, got 0",
+			"query-pool.bad.yaml:4: service.learn_yield: must be in 0..1s, got -1ms",
 		}},
 		{file: "observe.good.yaml"},
 		{file: "observe.bad.yaml", wantErr: []string{`observe.bad.yaml:2: observe.http: must be empty or host:port with port 0..65535, got "localhost"`}},

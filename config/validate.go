@@ -9,11 +9,13 @@ import (
 	"time"
 )
 
-// Bounds of the query pool: a worker holds a copy of each pipeline's
-// model, and a waiting query holds its request.
+// Bounds of the query pool: a worker holds workspaces for each
+// pipeline's model, and a waiting query holds its request. A learner
+// that waits longer than maxLearnYield for queries would stall.
 const (
 	maxQueryWorkers = 1024
 	maxQueryQueue   = 1 << 20
+	maxLearnYield   = time.Second
 )
 
 var pipelineName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
@@ -80,6 +82,7 @@ func (c *Config) validate(file string, present map[string]int) Errors {
 	v.check(validSubject(c.Service.Prefix, false), "service.prefix", "must be a subject without wildcards, got %q", c.Service.Prefix)
 	v.check(c.Service.QueryWorkers >= 0 && c.Service.QueryWorkers <= maxQueryWorkers, "service.query_workers", "must be in 0..%d (0: GOMAXPROCS), got %d", maxQueryWorkers, c.Service.QueryWorkers)
 	v.check(c.Service.QueryQueue >= 1 && c.Service.QueryQueue <= maxQueryQueue, "service.query_queue", "must be in 1..%d, got %d", maxQueryQueue, c.Service.QueryQueue)
+	v.check(c.Service.LearnYield >= 0 && c.Service.LearnYield <= maxLearnYield, "service.learn_yield", "must be in 0..%v, got %v", maxLearnYield, c.Service.LearnYield)
 	v.check(c.Checkpoint.EverySamples > 0, "checkpoint.every_samples", "must be > 0, got %d", c.Checkpoint.EverySamples)
 	v.check(c.Checkpoint.Every > 0, "checkpoint.every", "must be > 0, got %s", c.Checkpoint.Every)
 	v.check(c.Checkpoint.Keep >= 1, "checkpoint.keep", "must be >= 1, got %d", c.Checkpoint.Keep)

@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 
 	"github.com/nats-io/nats.go"
-	"gonum.org/v1/gonum/mat"
 
 	"github.com/smtd/smtd/config"
 	"github.com/smtd/smtd/internal/state"
@@ -37,12 +36,13 @@ type admmModel struct {
 	warm     *online.KMeans
 	warmLeft int64
 
-	// Workspaces, never shared with snapshots.
-	x, z mat.Dense
+	// The workspaces of encode and learn (the codes in y); a reader of a
+	// snapshot has its own (see reader).
+	*rowWork
 }
 
 func newADMMModel(p *config.Pipeline, src rand.Source) *admmModel {
-	m := &admmModel{admm: sgd.NewADMM(admmSettings(p), p.ADMMInputs(), src), shape: p.Image, crop: p.ADMM.Crop}
+	m := &admmModel{admm: sgd.NewADMM(admmSettings(p), p.ADMMInputs(), src), shape: p.Image, crop: p.ADMM.Crop, rowWork: new(rowWork)}
 	if p.ADMM.WarmStart > 0 {
 		m.warm = online.NewKMeans(online.KMeansSettings{K: p.ADMM.Atoms, Dim: p.ADMMInputs()}, src)
 		m.warmLeft = p.ADMM.WarmStart
@@ -64,9 +64,9 @@ func admmSettings(p *config.Pipeline) sgd.ADMMSettings {
 }
 
 func (m *admmModel) encode(batch []sample) []output {
-	m.z.Reset()
-	m.admm.Encode(&m.z, flatten(&m.x, batch, m.shape, m.crop))
-	return rowOutputs(&m.z, batch)
+	m.y.Reset()
+	m.admm.Encode(&m.y, flatten(&m.x, batch, m.shape, m.crop))
+	return rowOutputs(&m.y, batch)
 }
 
 // learn publishes the codes of the dictionary before the step, then
@@ -92,7 +92,18 @@ func (m *admmModel) learn(batch []sample) ([]output, error) {
 func (m *admmModel) flush() error { return nil }
 
 func (m *admmModel) snapshot() model {
-	return &admmModel{admm: m.admm.Clone(), shape: m.shape, crop: m.crop}
+	return &admmModel{admm: m.admm.Clone(), shape: m.shape, crop: m.crop, rowWork: new(rowWork)}
+}
+
+// reader shares the learner of the snapshot m, whose Encode never changes
+// it (its scratch comes from a pool), and encodes in the workspaces of
+// prev, or new ones.
+func (m *admmModel) reader(prev model) model {
+	r := &admmModel{admm: m.admm, shape: m.shape, crop: m.crop, rowWork: new(rowWork)}
+	if p, ok := prev.(*admmModel); ok {
+		r.rowWork = p.rowWork
+	}
+	return r
 }
 
 func (m *admmModel) rollback(to model) { m.admm = to.(*admmModel).admm.Clone() }

@@ -37,3 +37,9 @@ func rowOutputs(y *mat.Dense, batch []sample) []output {
 	}
 	return out
 }
+
+// rowWork is the memory a model of whole images (ksm, admm) encodes in:
+// the batch's inputs x (flatten), one per row, and their outputs y.
+type rowWork struct {
+	x, y mat.Dense
+}

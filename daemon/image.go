@@ -28,7 +28,6 @@ import (
 // f_vq one-hot (or f_gq binary) codes, L2-normalised — a K-dimensional bag
 // of atoms; an image whose patches are all blank gets the zero vector.
 type imageModel struct {
-	patcher online.Patcher
 	white   *online.Whitener
 	km      *online.KMeans
 	code    string  // config.CodeVQ or CodeGQ
@@ -59,14 +58,40 @@ type imageModel struct {
 	// frameCounts are the tracker's counters in snapshots, for status.
 	frameCounts *frameCounts
 
-	// Workspaces, reused between batches; never shared with snapshots.
-	x      mat.Dense // all patches of a batch, one per row
-	w      mat.Dense // whitened and normalised
-	blank  []bool
-	assign []int
-	codes  online.SparseCodes
-	emb    mat.Dense // image embeddings, one per row
-	p      mat.Dense // closed-form P
+	// The workspaces of encode and learn; a reader of a snapshot has its
+	// own (see reader).
+	*imageWork
+	p mat.Dense // closed-form P, a workspace of the learner
+
+	// between is called between the stages of learn (stagedLearner);
+	// nil in snapshots and readers.
+	between func()
+}
+
+func (m *imageModel) betweenStages(f func()) { m.between = f }
+
+// yield calls between, if set.
+func (m *imageModel) yield() {
+	if m.between != nil {
+		m.between()
+	}
+}
+
+// yieldImages is how many images learn extracts between two yields (about
+// 1 ms of one core for 28x28 images and 6x6 patches).
+const yieldImages = 8
+
+// imageWork is the memory an image model encodes in, reused between
+// batches. The patcher's Grid, Mean and Context are the model's; its
+// buffer belongs to the workspace.
+type imageWork struct {
+	patcher online.Patcher
+	x       mat.Dense // all patches of a batch, one per row
+	w       mat.Dense // whitened and normalised
+	blank   []bool
+	assign  []int
+	codes   online.SparseCodes
+	emb     mat.Dense // image embeddings, one per row
 }
 
 func newImageModel(p *config.Pipeline, src rand.Source) *imageModel {
@@ -76,11 +101,11 @@ func newImageModel(p *config.Pipeline, src rand.Source) *imageModel {
 		panic(err) // validated by config
 	}
 	m := &imageModel{
-		video:   p.Modality == config.Video,
-		patcher: online.Patcher{Grid: g, Mean: mean, Context: p.Patches.Context},
-		white:   online.NewWhitener(g.Dim(), whitenSettings(p)),
-		km:      online.NewKMeans(kmeansSettings(p, g.Dim()), src),
-		src:     src,
+		video:     p.Modality == config.Video,
+		imageWork: &imageWork{patcher: online.Patcher{Grid: g, Mean: mean, Context: p.Patches.Context}},
+		white:     online.NewWhitener(g.Dim(), whitenSettings(p)),
+		km:        online.NewKMeans(kmeansSettings(p, g.Dim()), src),
+		src:       src,
 	}
 	if p.SMT.Dim > 0 {
 		blank, err := sgd.ParseBlankMode(p.SMT.Blank)
@@ -153,17 +178,45 @@ func (m *imageModel) prepare(batch []sample, observe bool) {
 	n := g.Len()
 	resize(&m.x, len(batch)*n, g.Dim())
 	for i, s := range batch {
+		if observe && i > 0 && i%yieldImages == 0 {
+			m.yield()
+		}
 		m.patcher.Extract(m.x.Slice(i*n, (i+1)*n, 0, g.Dim()).(*mat.Dense), s.pixels)
 	}
 	if observe {
+		m.yield()
 		// A failed refresh keeps the previous operator; it is retried at
 		// the next refresh.
 		_ = m.white.Observe(&m.x, nil)
+		m.yield()
 	}
 	resize(&m.w, len(batch)*n, g.Dim())
-	m.white.Whiten(&m.w, &m.x)
+	whitenSerial(m.white, &m.w, &m.x)
 	m.blank = online.NormalizeRows(&m.w, m.minNorm, m.blank)
 	m.assign = slices.Grow(m.assign[:0], len(m.blank))[:len(m.blank)]
+}
+
+// whitenSerial is w.Whiten(dst, x) (dst x.Rows×Dim, not empty) on the
+// calling goroutine. gonum's Dgemm multiplies an r×d by d×d product on
+// as many goroutines as there are Ps, one per 64×64 block of the result,
+// when the result spans 4 blocks or more; a batch's patches (32 MNIST
+// images: 16928 rows) span hundreds. The learner would take every core
+// for its whitening, and a query arriving meanwhile would wait for one,
+// and for its own blocks queued behind the learner's. So the rows are
+// whitened a slice of at most 3 blocks at a time (one block when d > 64;
+// past d = 192 gonum multiplies in parallel all the same). gonum sums
+// each row's product in the same order either way: the result is
+// bitwise the same.
+func whitenSerial(w *online.Whitener, dst, x *mat.Dense) {
+	r, c := x.Dims()
+	step := 64
+	if c <= 64 {
+		step = 3 * 64
+	}
+	for i := 0; i < r; i += step {
+		j := min(i+step, r)
+		w.Whiten(dst.Slice(i, j, 0, c).(*mat.Dense), x.Slice(i, j, 0, c))
+	}
 }
 
 // resize makes a workspace r×c, keeping its memory when it is large enough
@@ -180,17 +233,20 @@ func resize(a *mat.Dense, r, c int) {
 
 func (m *imageModel) learn(batch []sample) ([]output, error) {
 	m.prepare(batch, true)
+	m.yield()
 	// The codes published are those the learning step assigned (with the
 	// atoms before its update): no assignment is computed twice.
 	if m.code == config.CodeVQ {
 		m.km.LearnAssign(m.assign, nil, &m.w, m.blank)
 	} else {
 		m.km.Learn(&m.w, m.blank)
+		m.yield()
 		m.km.CodesGQ(&m.codes, &m.w, m.thresh)
 		if m.video {
 			m.soften()
 		}
 	}
+	m.yield()
 	if m.smt == nil {
 		return m.pooledCodes(batch), nil
 	}
@@ -200,9 +256,11 @@ func (m *imageModel) learn(batch []sample) ([]output, error) {
 	} else {
 		err = m.learnSpatial(batch)
 	}
+	m.yield()
 	if err == nil && m.solver == config.SolverClosed {
 		if m.sinceSolve++; m.sinceSolve >= m.solveEvery {
 			err = m.solve()
+			m.yield()
 		}
 	}
 	return m.embedded(batch), err
@@ -221,6 +279,7 @@ func (m *imageModel) learnSpatial(batch []sample) error {
 	if m.solver != config.SolverSGD {
 		return nil
 	}
+	m.yield()
 	// The statistics include this batch before the step, as the step's V
 	// should (sgd.SMT.StepImagesVQ).
 	return m.smt.StepImagesVQ(m.stats, m.assign, images, g)
@@ -379,10 +438,10 @@ func normalize32(v []float32) {
 // be large (packed K×K) and which queries never use.
 func (m *imageModel) snapshot() model {
 	s := &imageModel{
-		patcher: online.Patcher{Grid: m.patcher.Grid, Mean: m.patcher.Mean, Context: m.patcher.Context},
-		white:   m.white.Clone(),
-		km:      m.km.Clone(),
-		code:    m.code, thresh: m.thresh, minNorm: m.minNorm, video: m.video,
+		imageWork: &imageWork{patcher: online.Patcher{Grid: m.patcher.Grid, Mean: m.patcher.Mean, Context: m.patcher.Context}},
+		white:     m.white.Clone(),
+		km:        m.km.Clone(),
+		code:      m.code, thresh: m.thresh, minNorm: m.minNorm, video: m.video,
 		pool: m.pool, solver: m.solver, solveEvery: m.solveEvery, drop: m.drop,
 	}
 	if m.smt != nil {
@@ -392,6 +451,25 @@ func (m *imageModel) snapshot() model {
 		s.frameCounts = m.frames.counts()
 	}
 	return s
+}
+
+// reader shares the stages of the snapshot m, whose encoding only reads
+// them (online.Whitener.Whiten, online.KMeans.Assign and CodesGQ,
+// sgd.SMT.EmbedImagesVQ and the others draw their scratch from pools),
+// and encodes in the workspaces of prev, or new ones.
+func (m *imageModel) reader(prev model) model {
+	ws := new(imageWork)
+	if p, ok := prev.(*imageModel); ok {
+		ws = p.imageWork
+	}
+	ws.patcher.Grid, ws.patcher.Mean, ws.patcher.Context = m.patcher.Grid, m.patcher.Mean, m.patcher.Context
+	r := &imageModel{
+		imageWork: ws,
+		white:     m.white, km: m.km, smt: m.smt,
+		code: m.code, thresh: m.thresh, minNorm: m.minNorm, video: m.video,
+		pool: m.pool, solver: m.solver, frameCounts: m.frameCounts,
+	}
+	return r
 }
 
 // rollback returns the parameters to those of a snapshot taken before a

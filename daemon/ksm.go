@@ -31,12 +31,13 @@ type ksmModel struct {
 	// W starts random.
 	seeded int
 
-	// Workspaces, never shared with snapshots.
-	x, y mat.Dense
+	// The workspaces of encode and learn; a reader of a snapshot has its
+	// own (see reader).
+	*rowWork
 }
 
 func newKSMModel(p *config.Pipeline, src rand.Source) *ksmModel {
-	m := &ksmModel{net: hebbian.New(ksmSettings(p), src), shape: p.Image, crop: p.KSM.Crop}
+	m := &ksmModel{net: hebbian.New(ksmSettings(p), src), shape: p.Image, crop: p.KSM.Crop, rowWork: new(rowWork)}
 	if p.KSM.Init != config.InitData {
 		m.seeded = p.KSM.Neurons
 	}
@@ -114,7 +115,18 @@ func (m *ksmModel) seed(x *mat.Dense) {
 func (m *ksmModel) flush() error { return nil }
 
 func (m *ksmModel) snapshot() model {
-	return &ksmModel{net: m.net.Clone(), shape: m.shape, crop: m.crop, seeded: m.seeded}
+	return &ksmModel{net: m.net.Clone(), shape: m.shape, crop: m.crop, seeded: m.seeded, rowWork: new(rowWork)}
+}
+
+// reader shares the network of the snapshot m, whose Transform only reads
+// it (its scratch comes from a pool), and encodes in the workspaces of
+// prev, or new ones.
+func (m *ksmModel) reader(prev model) model {
+	r := &ksmModel{net: m.net, shape: m.shape, crop: m.crop, seeded: m.seeded, rowWork: new(rowWork)}
+	if p, ok := prev.(*ksmModel); ok {
+		r.rowWork = p.rowWork
+	}
+	return r
 }
 
 func (m *ksmModel) rollback(to model) {

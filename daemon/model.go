@@ -9,7 +9,8 @@ import (
 )
 
 // model is the chain of learning stages of one pipeline. It is owned by
-// the pipeline's goroutine; queries use clones (snapshots) of it.
+// the pipeline's goroutine; queries read immutable clones (snapshots) of
+// it through readers.
 type model interface {
 	// encode returns the output vector of each sample, computed with the
 	// model as it is (it does not learn). Text models also return tokens.
@@ -27,6 +28,13 @@ type model interface {
 	// snapshot returns an immutable deep copy of what encode and describe
 	// need, sharing nothing mutable with the model.
 	snapshot() model
+	// reader returns a model that encodes with the parameters of the
+	// snapshot m, which it only reads, in the workspaces of prev when
+	// prev is a reader of the same kind (nil: new ones). Any number of
+	// readers of one snapshot, each with workspaces of its own, may
+	// encode at once; nothing but encode and describe may be called on
+	// a reader, and m must not learn meanwhile.
+	reader(prev model) model
 	// rollback returns the parameters to those of a snapshot, after a
 	// learning step that diverged.
 	rollback(to model)
@@ -43,6 +51,14 @@ type model interface {
 	restore(secs []Section) error
 	// describe summarises the model for status and inspect.
 	describe() map[string]any
+}
+
+// stagedLearner is a model whose learn calls a function between the
+// stages of a batch (nil: none), on the learning goroutine. The pipeline
+// gives way there to the queries in flight (service.learn_yield); the
+// library (OfflineLearner) sets none.
+type stagedLearner interface {
+	betweenStages(f func())
 }
 
 // Section is one named part of a model's serialised state.

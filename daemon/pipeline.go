@@ -179,6 +179,9 @@ type pipeline struct {
 	health                  atomic.Pointer[Health]
 
 	snap     atomic.Pointer[snapshot]
+	gate     queryGate     // the queries waiting to be encoded, which learning gives way to
+	yield    time.Duration // service.learn_yield
+	yieldFor time.Duration // what is left of yield in this batch
 	stats    counters
 	obs      *pipelineMetrics
 	tune     chan tuneRequest
@@ -197,6 +200,7 @@ func newPipeline(d *Daemon, p config.Pipeline) *pipeline {
 		tune:     make(chan tuneRequest),
 		ckptReq:  make(chan checkpointRequest),
 		finished: make(chan struct{}),
+		yield:    d.cfg.Service.LearnYield,
 	}
 	pl.reset()
 	return pl
@@ -455,6 +459,7 @@ func (pl *pipeline) deliveryGap(ctx context.Context, msgs []inMsg) bool {
 // and the batch's outputs are not published. The model version counts
 // the batches that changed the model.
 func (pl *pipeline) learn(ctx context.Context, batch []sample, seq uint64) {
+	pl.giveWayToQueries()
 	outs, err := pl.model.learn(batch)
 	refused := errors.Is(err, errRefused)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/smtd/smtd/config"
+	"github.com/smtd/smtd/record"
 )
 
 // fakeRequest records the error reply of a micro handler.
@@ -70,38 +71,83 @@ func TestQueryQueueBusy(t *testing.T) {
 	}
 }
 
-// A worker encodes with its own copy of the published snapshot (the
-// snapshot of a snapshot): for every kind of model the copy's outputs are
-// the snapshot's own, bit for bit.
-func TestSnapshotCopyEncodesBitForBit(t *testing.T) {
+// learnedModel returns a model of pipeline p after six batches, with the
+// first sample of each batch as probes.
+func learnedModel(t *testing.T, p config.Pipeline) (model, []sample) {
+	t.Helper()
+	m := newModel(&p, rand.NewPCG(p.Seed, 1))
+	var probes []sample
+	for b := range 6 {
+		var batch []sample
+		for i := range 8 {
+			h, data := normalImage(8*b + i)
+			if p.Modality == config.Text {
+				h, data = nil, []byte("the quick brown fox jumps over the lazy dog "+strconv.Itoa(i))
+			}
+			s, err := decode(&p, h, data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			batch = append(batch, s)
+		}
+		if _, err := m.learn(batch); err != nil {
+			t.Logf("batch %d: %v", b, err)
+		}
+		probes = append(probes, batch[0])
+	}
+	return m, probes
+}
+
+// Readers of one published snapshot, each with its own workspaces, encode
+// at once on many goroutines what a serial encode of a private copy of
+// the snapshot (model.snapshot of the snapshot) encodes, bit for bit, for
+// every kind of model: encoding reads the snapshot's parameters only (run
+// under -race). A reader that takes over the workspaces of a reader of an
+// older snapshot, as a query worker's does, encodes the newer snapshot.
+func TestSnapshotReadersEncodeConcurrently(t *testing.T) {
 	for _, p := range fuzzPipelines() {
 		t.Run(p.Name, func(t *testing.T) {
-			m := newModel(&p, rand.NewPCG(p.Seed, 1))
-			var probes []sample
-			for b := range 6 {
-				var batch []sample
-				for i := range 8 {
-					h, data := normalImage(8*b + i)
-					if p.Modality == config.Text {
-						h, data = nil, []byte("the quick brown fox jumps over the lazy dog "+strconv.Itoa(i))
-					}
-					s, err := decode(&p, h, data)
-					if err != nil {
-						t.Fatal(err)
-					}
-					batch = append(batch, s)
-				}
-				if _, err := m.learn(batch); err != nil {
-					t.Logf("batch %d: %v", b, err)
-				}
-				probes = append(probes, batch[0])
+			m, probes := learnedModel(t, p)
+			old := m.snapshot()
+			oldReader := old.reader(nil)
+			oldReader.encode(probes) // fill its workspaces
+			h, data := normalImage(99)
+			if p.Modality == config.Text {
+				h, data = nil, []byte("a newer batch of words than the quick brown fox")
+			}
+			s, err := decode(&p, h, data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := m.learn([]sample{s, s, s}); err != nil {
+				t.Logf("last batch: %v", err)
 			}
 			snap := m.snapshot()
-			want := snap.encode(probes)
-			got := snap.snapshot().encode(probes)
-			for i := range want {
-				if !equalBits(got[i].vector, want[i].vector) {
-					t.Errorf("probe %d: the copy encodes %v, the snapshot %v", i, got[i].vector, want[i].vector)
+			want := snap.snapshot().encode(probes)
+
+			const workers, rounds = 4, 20
+			got := make([][]output, workers)
+			var wg sync.WaitGroup
+			for w := range workers {
+				var prev model
+				if w == 0 {
+					prev = oldReader
+				}
+				r := snap.reader(prev)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range rounds {
+						got[w] = r.encode(probes)
+					}
+				}()
+			}
+			wg.Wait()
+			for w := range workers {
+				for i := range want {
+					if !equalBits(got[w][i].vector, want[i].vector) {
+						t.Fatalf("reader %d, probe %d: encodes %v, a serial copy %v", w, i, got[w][i].vector, want[i].vector)
+					}
 				}
 			}
 		})
@@ -216,7 +262,7 @@ func TestQueriesFloodWhileLearning(t *testing.T) {
 				t.Fatal(err)
 			}
 			// The published snapshot is read by the workers: encode a
-			// copy, never the snapshot itself, on this goroutine.
+			// private copy of it on this goroutine.
 			o := snap.model.snapshot().encode([]sample{s})[0]
 			o.version = snap.version
 			if want := encodeOutput(&snap.cfg, "", &o).Data; !bytes.Equal(rep.Data, want) {
@@ -259,3 +305,125 @@ func TestQueriesFloodWhileLearning(t *testing.T) {
 }
 
 var _ micro.Request = (*fakeRequest)(nil)
+
+// The gate lets a learner through at once while no query waits, holds it
+// while one does, for at most the time given, and releases it when the
+// last waiting query is started on.
+func TestQueryGateHoldsLearnerWhileQueriesWait(t *testing.T) {
+	var g queryGate
+	if d := g.wait(time.Second); d != 0 {
+		t.Fatalf("no query waits: blocked %v", d)
+	}
+	g.enter()
+	if d := g.wait(0); d != 0 {
+		t.Errorf("learn_yield 0: blocked %v", d)
+	}
+	if d := g.wait(5 * time.Millisecond); d < 5*time.Millisecond {
+		t.Errorf("a query waits: blocked %v, want the whole 5ms", d)
+	}
+	g.enter()
+	done := make(chan time.Duration)
+	go func() { done <- g.wait(time.Minute) }()
+	g.leave()
+	select {
+	case d := <-done:
+		t.Fatalf("one of two queries started: the learner went on after %v", d)
+	case <-time.After(10 * time.Millisecond):
+	}
+	g.leave()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the last query started and the learner still waits")
+	}
+	if d := g.wait(time.Second); d != 0 {
+		t.Errorf("no query waits any more: blocked %v", d)
+	}
+}
+
+// A learner calls its pipeline's hook between the stages of every batch,
+// several times per batch, and learns exactly what it learns without one.
+func TestLearnerYieldsBetweenStages(t *testing.T) {
+	for _, p := range fuzzPipelines() {
+		if p.Modality == config.Text || p.Learner != config.LearnerSMT {
+			continue
+		}
+		t.Run(p.Name, func(t *testing.T) {
+			plain := newModel(&p, rand.NewPCG(p.Seed, 1))
+			hooked := newModel(&p, rand.NewPCG(p.Seed, 1))
+			calls := 0
+			hooked.(stagedLearner).betweenStages(func() { calls++ })
+			for b := range 4 {
+				var batch []sample
+				for i := range 16 {
+					h, data := normalImage(16*b + i)
+					s, err := decode(&p, h, data)
+					if err != nil {
+						t.Fatal(err)
+					}
+					s.seq = uint64(16*b + i + 1)
+					batch = append(batch, s)
+				}
+				before := calls
+				want, werr := plain.learn(batch)
+				got, gerr := hooked.learn(batch)
+				if (werr == nil) != (gerr == nil) {
+					t.Fatalf("batch %d: errors %v and %v", b, werr, gerr)
+				}
+				if calls-before < 4 {
+					t.Errorf("batch %d: %d yields, want one between each pair of stages", b, calls-before)
+				}
+				for i := range want {
+					if !equalBits(got[i].vector, want[i].vector) {
+						t.Fatalf("batch %d output %d: %v with yields, %v without", b, i, got[i].vector, want[i].vector)
+					}
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkEmbedNewSnapshot is the query that first meets a newly
+// published snapshot of the default image pipeline (K = 256, SMT
+// dimension 32, 28x28 MNIST): a worker's reader takes over its workspaces
+// ("reader"), where a private deep copy of the snapshot, with new
+// workspaces, used to be made ("copy").
+func BenchmarkEmbedNewSnapshot(b *testing.B) {
+	p := config.DefaultPipeline(config.Image, "images")
+	m := newModel(&p, rand.NewPCG(p.Seed, 1))
+	msgs := readStream(b, "mnist-train-1000.smtdrec")
+	decodeAll := func(msgs []*record.Message) []sample {
+		var out []sample
+		for _, r := range msgs {
+			s, err := decode(&p, r.Header, r.Data)
+			if err != nil {
+				b.Fatal(err)
+			}
+			out = append(out, s)
+		}
+		return out
+	}
+	train := decodeAll(msgs[:10*p.Batch.Size])
+	for i := 0; i < len(train); i += p.Batch.Size {
+		if _, err := m.learn(train[i : i+p.Batch.Size]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	snap := m.snapshot()
+	probe := decodeAll(msgs[len(msgs)-1:])
+	b.Run("reader", func(b *testing.B) {
+		r := snap.reader(nil)
+		r.encode(probe)
+		b.ReportAllocs()
+		for b.Loop() {
+			r = snap.reader(r)
+			r.encode(probe)
+		}
+	})
+	b.Run("copy", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			snap.snapshot().encode(probe)
+		}
+	})
+}

@@ -193,6 +193,10 @@ func (m *textModel) snapshot() model {
 	return s
 }
 
+// reader is the snapshot m itself: a text model encodes without writing
+// (the mean of immutable word vectors, or vocabulary ids).
+func (m *textModel) reader(model) model { return m }
+
 func (m *textModel) rollback(to model) {
 	s := to.(*textModel)
 	m.vocab, m.solved = s.vocab.Clone(), s.solved
