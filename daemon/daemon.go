@@ -53,6 +53,10 @@ type Daemon struct {
 	// cluster is this daemon's part in cluster mode; nil outside it.
 	cluster *cluster
 	svc     micro.Service
+	// qnc is the query workers' own connection for their replies: on the
+	// pipelines' connection a reply waits behind the outputs and acks
+	// of learning for the connection's lock and flusher.
+	qnc *nats.Conn
 	// queries serves the embed and neighbours endpoints; nil until the
 	// service is added.
 	queries *queryPool
@@ -106,7 +110,7 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 		}
 		d.log.Info().Str("url", d.server.ClientURL()).Str("store", filepath.Join(d.cfg.DataDir, "nats")).Msg("embedded NATS server with JetStream started")
 	}
-	if d.nc, err = d.connect(); err != nil {
+	if d.nc, err = d.connect("smtd"); err != nil {
 		return err
 	}
 	if d.js, err = jetstream.New(d.nc); err != nil {
@@ -261,6 +265,9 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		}
 		if d.queries != nil {
 			d.queries.stop() // answers the queries queued before the drain
+		}
+		if d.qnc != nil {
+			d.qnc.Close() // after the last answer: stop flushed them
 		}
 		if d.nc != nil {
 			if err := d.nc.Drain(); err != nil {

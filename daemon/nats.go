@@ -82,10 +82,10 @@ func (l natsLogger) Tracef(format string, v ...any) { l.log.Trace().Msgf(format,
 // daemon's connection is set here: in-process with its own identity to the
 // embedded server, or with nats.auth and nats.tls (ClientOptions) to an
 // external one.
-func (d *Daemon) connect() (*nats.Conn, error) {
-	log := d.log.With().Str("component", "nats").Logger()
+func (d *Daemon) connect(name string) (*nats.Conn, error) {
+	log := d.log.With().Str("component", "nats").Str("connection", name).Logger()
 	opts := []nats.Option{
-		nats.Name("smtd"),
+		nats.Name(name),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(time.Second),
 		nats.ReconnectBufSize(64 << 20),

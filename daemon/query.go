@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+	"github.com/rs/zerolog"
 )
 
 // queryPool answers embed and neighbours queries on a bounded set of
@@ -42,6 +44,7 @@ import (
 // must not be used once its handler has returned.
 type queryPool struct {
 	nc      *nats.Conn
+	log     zerolog.Logger
 	workers int
 	jobs    chan query
 	stats   map[*pipeline]*queryStats // fixed at creation
@@ -83,11 +86,11 @@ func errorReply(code, desc string) queryReply { return queryReply{code: code, de
 
 // newQueryPool starts workers goroutines (GOMAXPROCS when workers is 0)
 // that serve the queries of pipelines from a queue of queue entries.
-func newQueryPool(nc *nats.Conn, pipelines []*pipeline, workers, queue int) *queryPool {
+func newQueryPool(nc *nats.Conn, log zerolog.Logger, pipelines []*pipeline, workers, queue int) *queryPool {
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
-	p := &queryPool{nc: nc, workers: workers, jobs: make(chan query, queue), stats: map[*pipeline]*queryStats{}}
+	p := &queryPool{nc: nc, log: log, workers: workers, jobs: make(chan query, queue), stats: map[*pipeline]*queryStats{}}
 	for _, pl := range pipelines {
 		p.stats[pl] = &queryStats{}
 	}
@@ -167,15 +170,30 @@ func (p *queryPool) work() {
 	encoders := map[*pipeline]*encoder{}
 	for q := range p.jobs {
 		q.pl.gate.leave()
-		var r queryReply
-		switch q.kind {
-		case embedQuery:
-			r = q.pl.embed(encoders, q.header, q.data)
-		case neighboursQuery:
-			r = q.pl.neighbours(q.data)
-		}
+		r := p.answer(&q, encoders)
 		p.respond(&q, &r)
 	}
+}
+
+// answer computes the reply to q. A panic while encoding (a bug: inputs
+// are validated before they reach a model) answers that query with a 500
+// error and is logged with its stack; the worker drops its reader of the
+// pipeline, whose workspaces it may have left half written, and serves on.
+func (p *queryPool) answer(q *query, encoders map[*pipeline]*encoder) (r queryReply) {
+	defer func() {
+		if v := recover(); v != nil {
+			delete(encoders, q.pl)
+			p.log.Error().Str("pipeline", q.pl.name).Interface("panic", v).Str("stack", string(debug.Stack())).Msg("query failed")
+			r = errorReply("500", fmt.Sprintf("internal error: %v", v))
+		}
+	}()
+	switch q.kind {
+	case embedQuery:
+		return q.pl.embed(encoders, q.header, q.data)
+	case neighboursQuery:
+		return q.pl.neighbours(q.data)
+	}
+	return errorReply("500", "unknown query")
 }
 
 // respond publishes r on the query's reply subject and counts it.

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/smtd/smtd/config"
@@ -426,4 +427,33 @@ func BenchmarkEmbedNewSnapshot(b *testing.B) {
 			snap.snapshot().encode(probe)
 		}
 	})
+}
+
+// An embed request of a uniform image, whose patches are all blank, is
+// answered (with the blank code) once the model has learned, and the
+// daemon goes on serving: every input is validated before a model sees
+// it, and no query can take the daemon down.
+func TestEmbedBlankImage(t *testing.T) {
+	p := digitsPipeline("digits", "blank.in", 16)
+	cfg := testConfig(t, p)
+	d := startDaemon(t, cfg)
+	nc := connect(t, d.ClientURL())
+	n := replayFile(t, nc, "mnist-raw-100.smtdrec", "blank.in")
+	waitFor(t, time.Minute, "the stream learned", func() bool { return pipelineStatus(d, "digits").LastSeq == uint64(n) })
+	for _, fill := range []byte{0, 255} {
+		req := nats.NewMsg(cfg.EmbedSubject("digits"))
+		req.Header.Set(HeaderShape, "28,28")
+		req.Header.Set(HeaderDtype, "uint8")
+		req.Data = bytes.Repeat([]byte{fill}, 28*28)
+		m, err := nc.RequestMsg(req, 5*time.Second)
+		if err != nil {
+			t.Fatalf("uniform image %d: %v", fill, err)
+		}
+		if e := m.Header.Get(micro.ErrorHeader); e != "" {
+			t.Errorf("uniform image %d: error %q", fill, e)
+		}
+	}
+	if st := pipelineStatus(d, "digits"); st.Queries.Answered != 2 {
+		t.Errorf("%d queries answered, want 2", st.Queries.Answered)
+	}
 }

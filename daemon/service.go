@@ -32,7 +32,11 @@ func (d *Daemon) addService() (micro.Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("smtd: micro service: %w", err)
 	}
-	d.queries = newQueryPool(d.nc, d.pipelines, d.cfg.Service.QueryWorkers, d.cfg.Service.QueryQueue)
+	if d.qnc, err = d.connect("smtd-queries"); err != nil {
+		svc.Stop()
+		return nil, err
+	}
+	d.queries = newQueryPool(d.qnc, d.log, d.pipelines, d.cfg.Service.QueryWorkers, d.cfg.Service.QueryQueue)
 	for _, pl := range d.pipelines {
 		if err := svc.AddEndpoint("embed-"+pl.cfg.Name, d.queries.handler(pl, embedQuery),
 			micro.WithEndpointSubject(d.cfg.EmbedSubject(pl.cfg.Name)),
@@ -80,7 +84,7 @@ func (d *Daemon) addService() (micro.Service, error) {
 }
 
 // embed answers an embedding query from the pipeline's current snapshot,
-// encoded with the worker's own copy of it (see queryPool). The request
+// encoded with the worker's reader of it (see queryPool). The request
 // is an input message (same headers and payload as on the input
 // subject); the reply is an output message. Queries never train: the
 // snapshot is an immutable copy of the model.
