@@ -10,6 +10,7 @@ import (
 	"math"
 	"os"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -182,9 +183,15 @@ func imageMsg(subject string, im *dataset.Images, i int) *nats.Msg {
 
 // embedAll asks the embed endpoint on subject for the embeddings of n
 // inputs, msg(subject, i) building the request of input i.
+//
+// Requests go out from embedInFlight goroutines at once, as concurrent
+// clients would send them, so that every query worker of the daemon
+// (one per core by default) has one to encode.
 func embedAll(nc *nats.Conn, subject string, n int, msg func(subject string, i int) *nats.Msg) (*mat.Dense, error) {
-	var x *mat.Dense
-	for i := range n {
+	if n == 0 {
+		return nil, nil
+	}
+	embed := func(i int) ([]byte, error) {
 		rep, err := nc.RequestMsg(msg(subject, i), time.Minute)
 		if err != nil {
 			return nil, fmt.Errorf("embedding input %d: %w", i, err)
@@ -192,17 +199,69 @@ func embedAll(nc *nats.Conn, subject string, n int, msg func(subject string, i i
 		if e := rep.Header.Get("Nats-Service-Error"); e != "" {
 			return nil, fmt.Errorf("embedding input %d: %s", i, e)
 		}
-		dim := len(rep.Data) / 4
-		if x == nil {
-			x = mat.NewDense(n, dim, nil)
+		return rep.Data, nil
+	}
+	first, err := embed(0)
+	if err != nil {
+		return nil, err
+	}
+	dim := len(first) / 4
+	x := mat.NewDense(n, dim, nil)
+	put := func(i int, data []byte) error {
+		if len(data) != 4*dim {
+			return fmt.Errorf("embedding input %d: %d bytes, the first had %d", i, len(data), 4*dim)
 		}
 		row := x.RawRowView(i)
 		for j := range row {
-			row[j] = float64(math.Float32frombits(binary.LittleEndian.Uint32(rep.Data[4*j:])))
+			row[j] = float64(math.Float32frombits(binary.LittleEndian.Uint32(data[4*j:])))
 		}
+		return nil
+	}
+	if err := put(0, first); err != nil {
+		return nil, err
+	}
+	next := make(chan int)
+	errs := make(chan error, embedInFlight)
+	var wg sync.WaitGroup
+	for range embedInFlight {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				data, err := embed(i)
+				if err == nil {
+					err = put(i, data)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	var failed error
+feed:
+	for i := 1; i < n; i++ {
+		select {
+		case next <- i:
+		case failed = <-errs:
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	close(errs)
+	if failed == nil {
+		failed = <-errs
+	}
+	if failed != nil {
+		return nil, failed
 	}
 	return x, nil
 }
+
+// embedInFlight is how many embed requests embedAll keeps in flight.
+const embedInFlight = 8
 
 func pixelMatrix(im *dataset.Images, n int) *mat.Dense {
 	x := mat.NewDense(n, im.Rows*im.Cols, nil)
