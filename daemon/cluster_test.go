@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -268,7 +270,7 @@ func TestTakeoverAfterKills(t *testing.T) {
 		st, _ := clusterPipelineStatus(nc, "cl", "kid")
 		return st
 	}
-	waitFor(t, time.Minute, "an owner and its input stream", func() bool { return status().Owner != "" && streamExists(js, p.StreamName()) })
+	waitFor(t, time.Minute, "an owner and its input stream", func() bool { return status().Owner != "" && streamReachable(js, p.Input.Subject) })
 	if got := replayFile(t, nc, stream, "cluster.kid"); got != n {
 		t.Fatalf("replayed %d of %d", got, n)
 	}
@@ -346,7 +348,7 @@ func TestFencingFrozenOwner(t *testing.T) {
 		st, _ := clusterPipelineStatus(nc, "cl", "kid")
 		return st
 	}
-	waitFor(t, time.Minute, "an owner and its input stream", func() bool { return status().Owner != "" && streamExists(js, p.StreamName()) })
+	waitFor(t, time.Minute, "an owner and its input stream", func() bool { return status().Owner != "" && streamReachable(js, p.Input.Subject) })
 	if got := replayFile(t, nc, stream, "fence.kid"); got != n {
 		t.Fatalf("replayed %d of %d", got, n)
 	}
@@ -387,11 +389,17 @@ func TestFencingFrozenOwner(t *testing.T) {
 	}
 }
 
-func streamExists(js jetstream.JetStream, name string) bool {
+// streamReachable reports whether a JetStream publish to subject reaches
+// its stream from this connection: a probe that expects an impossible
+// last sequence is answered with an error by the stream, and stores
+// nothing. Just after a replicated stream is created, its leader's
+// interest may not have reached every node yet.
+func streamReachable(js jetstream.JetStream, subject string) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	s, err := js.Stream(ctx, name)
-	return err == nil && (s.CachedInfo().Cluster == nil || s.CachedInfo().Cluster.Leader != "")
+	_, err := js.Publish(ctx, subject, nil, jetstream.WithExpectLastSequence(math.MaxInt64))
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }
 
 // checkpointObjects lists the objects of the checkpoint store.
@@ -519,7 +527,7 @@ func TestStandbyServesNewestCheckpoint(t *testing.T) {
 	}
 	waitFor(t, time.Minute, "an owner and its input stream", func() bool {
 		st, _ := clusterPipelineStatus(nc, "cl", "kid")
-		return st.Owner != "" && streamExists(js, p.StreamName())
+		return st.Owner != "" && streamReachable(js, p.Input.Subject)
 	})
 	n := replayFile(t, nc, "mnist-train-1000.smtdrec", "serve.kid")
 	ckpt := finalCheckpoint(t, nc, js, "kid", n)
