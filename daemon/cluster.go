@@ -2,10 +2,11 @@ package daemon
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"os"
 	"slices"
 	"strconv"
@@ -316,15 +317,25 @@ func (c *cluster) preferred(p *config.Pipeline) (string, time.Time) {
 		if !eligible(&m, p.Placement) {
 			continue
 		}
-		h := fnv.New64a()
-		h.Write([]byte(p.Name))
-		h.Write([]byte{0})
-		h.Write([]byte(m.Name))
-		if s := h.Sum64(); best == "" || s > top {
+		if s := rendezvous(p.Name, m.Name); best == "" || s > top {
 			best, top, since = m.Name, s, m.Since
 		}
 	}
 	return best, since
+}
+
+// rendezvous is the weight of daemon for pipeline in rendezvous hashing
+// (Thaler and Ravishankar, 1998): the first 8 bytes of SHA-256 of both
+// names, the same in every daemon. A hash whose output bits all depend on
+// every input byte matters here: names such as d1, d2, d3 differ in one
+// byte, and FNV-1a's high bits barely move with the last byte, which made
+// one daemon the preferred owner of every pipeline.
+func rendezvous(pipeline, daemon string) uint64 {
+	h := sha256.New()
+	h.Write([]byte(pipeline))
+	h.Write([]byte{0})
+	h.Write([]byte(daemon))
+	return binary.BigEndian.Uint64(h.Sum(nil))
 }
 
 // lease reads a pipeline's lease; nil if it is free.

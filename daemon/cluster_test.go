@@ -570,3 +570,36 @@ func TestStandbyServesNewestCheckpoint(t *testing.T) {
 		t.Errorf("the standby's status names owner %q, want %q", standby.Status().Pipelines[0].Owner, owner.cluster.self.Name)
 	}
 }
+
+// Rendezvous hashing spreads pipelines over daemons whose names differ
+// in one byte (the deployment's d1, d2, d3): the built-in pipelines do
+// not all prefer one daemon, and of 60 pipelines each daemon is
+// preferred for at least 15 (20 expected).
+func TestRendezvousSpreads(t *testing.T) {
+	preferred := func(pipeline string) string {
+		best, top := "", uint64(0)
+		for _, d := range []string{"d1", "d2", "d3"} {
+			if s := rendezvous(pipeline, d); best == "" || s > top {
+				best, top = d, s
+			}
+		}
+		return best
+	}
+	owners := map[string]bool{}
+	for _, p := range config.Default().Pipelines {
+		owners[preferred(p.Name)] = true
+	}
+	if len(owners) < 2 {
+		t.Errorf("the built-in pipelines all prefer %v", owners)
+	}
+	count := map[string]int{}
+	for i := range 60 {
+		count[preferred(fmt.Sprintf("p%d", i))]++
+	}
+	for _, d := range []string{"d1", "d2", "d3"} {
+		if count[d] < 15 {
+			t.Errorf("preferred owners of 60 pipelines: %v; want each daemon at least 15", count)
+			break
+		}
+	}
+}
