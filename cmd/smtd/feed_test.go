@@ -25,13 +25,17 @@ import (
 const feedData = "../../testdata/feed"
 
 // startFeedDaemon starts a daemon with the default pipelines (images
-// 28x28, frames 32x32, words) on a random port.
-func startFeedDaemon(t *testing.T) *daemon.Daemon {
+// 28x28, frames 32x32, words) on a random port, with changes applied to
+// its config; it is shut down at the end of the test.
+func startFeedDaemon(t *testing.T, changes ...func(*config.Config)) *daemon.Daemon {
 	t.Helper()
 	cfg := config.Default()
 	cfg.DataDir = t.TempDir()
 	cfg.NATS.Listen = "127.0.0.1:-1"
 	cfg.Log.Level = "warn"
+	for _, change := range changes {
+		change(cfg)
+	}
 	var logs syncBuffer
 	d, err := daemon.New(cfg, daemon.Options{Logger: daemon.NewLogger(&logs, "console")})
 	if err != nil {

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/smtd/smtd/config"
-	"github.com/smtd/smtd/daemon"
 )
 
 // smtd view draws a checkpoint's atoms offline with the live page's code:
@@ -27,20 +26,11 @@ func TestViewDrawsWhatThePageShows(t *testing.T) {
 	p.Input.Subject = "smtd.in.images" // as recorded
 	p.KMeans.Atoms = 16
 	p.SMT.Dim = 0
-	cfg := config.Default()
-	cfg.DataDir = dir
-	cfg.NATS.Listen = "127.0.0.1:-1"
-	cfg.Observe.HTTP = "127.0.0.1:0"
-	cfg.Log.Level = "error"
-	cfg.Pipelines = []config.Pipeline{p}
-	d, err := daemon.New(cfg, daemon.Options{Logger: daemon.NewLogger(io.Discard, "console")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer d.Shutdown(context.Background())
+	d := startFeedDaemon(t, func(cfg *config.Config) {
+		cfg.DataDir = dir
+		cfg.Observe.HTTP = "127.0.0.1:0"
+		cfg.Pipelines = []config.Pipeline{p}
+	})
 	stream := filepath.Join("..", "..", "testdata", "streams", "mnist-raw-100.smtdrec")
 	var out bytes.Buffer
 	if code := run([]string{"replay", "--server", d.ClientURL(), "--jetstream", stream}, &out, &out); code != 0 {
