@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 
+	"gonum.org/v1/gonum/floats"
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/smtd/smtd/internal/state"
@@ -135,7 +136,8 @@ func (s KMeansSettings) Validate() error {
 // within 4(Dim+2)·2⁻²⁴ of each other, and seeding counts a row that close
 // to an atom as a copy of it.
 //
-// Learn, SetSettings and UnmarshalBinary modify the dictionary; the other
+// Learn, Apply, SetSettings and UnmarshalBinary modify the dictionary, and
+// Contribute uses the workspace of Learn; the other
 // methods only read it and may run concurrently with each other (Assign
 // and CodesGQ take their workspaces from a pool), which makes a Clone a
 // safe snapshot for concurrent queries.
@@ -153,11 +155,13 @@ type KMeans struct {
 	samples int64 // non-blank rows learned
 	reseeds int64 // atoms re-seeded
 
-	work scratch   // Learn's workspace
-	sums []float64 // K×Dim per-atom sums of assigned rows
-	hits []float64 // h_j
-	dead []int     // atoms to re-seed
-	pool sync.Pool // *scratch for the read-only methods
+	work scratch     // Learn's workspace
+	sums []float64   // K×Dim per-atom sums of assigned rows
+	hits []float64   // h_j
+	dead []int       // atoms to re-seed
+	prev []float64   // an atom before its step (Apply)
+	cand []candidate // the re-seeding candidates of Apply
+	pool sync.Pool   // *scratch for the read-only methods
 }
 
 // NewKMeans returns an empty dictionary (no atom seeded yet). src is the
@@ -275,32 +279,263 @@ func (k *KMeans) Learn(x mat.Matrix, blank []bool) {
 // cosine with row i and cos[i] that cosine, or −1 and 0 for blank and zero
 // rows. Either may be nil; otherwise they must have one element per row.
 func (k *KMeans) LearnAssign(dst []int, cos []float64, x mat.Matrix, blank []bool) {
-	r, c := x.Dims()
-	if c != k.s.Dim || (blank != nil && len(blank) != r) ||
-		(dst != nil && len(dst) != r) || (cos != nil && len(cos) != r) {
-		panic(mat.ErrShape)
-	}
+	r := k.checkBatch(dst, cos, x, blank)
 	if k.rng == nil {
 		panic("online: KMeans.Learn without a rand.Source")
 	}
 	w := &k.work
 	m := w.compact(x, blank)
+	k.learn(m)
+	w.spread(dst, cos, r, m)
+}
+
+// learn takes the learning step of LearnAssign from the m compacted unit
+// rows of the workspace, leaving their codes in it. With m = 0 it does
+// nothing.
+func (k *KMeans) learn(m int) {
 	if m == 0 {
-		w.spread(dst, cos, r, 0)
 		return
 	}
+	w := &k.work
 	cur := k.batches + 1
 	if k.seeded < k.s.K {
 		k.seed(m, cur)
 	}
 	w.argmaxFused(fused, &k.packed, k.seeded, m)
-	w.spread(dst, cos, r, m)
 	if k.seeded == k.s.K {
 		k.update(m, cur)
 		k.reseed(m, cur)
 	}
 	k.batches = cur
 	k.samples += int64(m)
+}
+
+// checkBatch panics with mat.ErrShape unless x has Dim columns and blank,
+// dst and cos are nil or have one element per row; it returns the rows.
+func (k *KMeans) checkBatch(dst []int, cos []float64, x mat.Matrix, blank []bool) int {
+	r, c := x.Dims()
+	if c != k.s.Dim || (blank != nil && len(blank) != r) ||
+		(dst != nil && len(dst) != r) || (cos != nil && len(cos) != r) {
+		panic(mat.ErrShape)
+	}
+	return r
+}
+
+// Contribute computes, without changing the dictionary, one minibatch's
+// contribution to a learning step (Algorithm 1, lines 10-13) under the
+// current dictionary, for a KMeans that learns elsewhere (Apply). It codes
+// the rows of x as LearnAssign does (blank flags and zero rows left out,
+// the same kernel and the same results), writing the f_vq codes into
+// assign and cos when they are not nil, and writes into dst, reusing its
+// slices:
+//
+//   - while the dictionary is not fully seeded (Seeded < K), the m
+//     non-blank rows scaled to unit norm as Seeds, and no Hits, Sums or
+//     candidates; the codes are then those of the atoms seeded so far,
+//     whereas LearnAssign codes with the atoms it seeds from the batch;
+//   - else the hits h_j and the sums s_j = Σ_{i: j*(i)=j} x_i of the rows
+//     assigned to each atom, added in row order as LearnAssign does, and up
+//     to candidates re-seeding candidates: u is drawn from src for each
+//     non-blank row, in row order (one Float64 each, as LearnAssign draws
+//     from its own source when an atom is dead), the key of a row is
+//     log(u)/(1 − cos) (Efraimidis and Spirakis, 2006), and the rows of
+//     largest key are sent, best first, with their keys. DeadWithin says
+//     how many a contribution needs. With candidates ≤ 0, src is not used
+//     and may be nil.
+//
+// It uses the workspace of Learn: it must not run concurrently with
+// methods that modify k, but a worker's own Clone may contribute while the
+// owner learns. It panics with mat.ErrShape on the shapes LearnAssign
+// refuses.
+func (k *KMeans) Contribute(dst *KMeansContribution, assign []int, cos []float64, x mat.Matrix, blank []bool, src rand.Source, candidates int) {
+	r := k.checkBatch(assign, cos, x, blank)
+	K, dim := k.s.K, k.s.Dim
+	w := &k.work
+	m := w.compact(x, blank)
+	dst.Rows = m
+	dst.Hits, dst.Sums, dst.Seeds = dst.Hits[:0], dst.Sums[:0], dst.Seeds[:0]
+	dst.Candidates, dst.Keys = dst.Candidates[:0], dst.Keys[:0]
+	w.argmaxFused(fused, &k.packed, k.seeded, m)
+	w.spread(assign, cos, r, m)
+	if m == 0 {
+		return
+	}
+	if k.seeded < K {
+		dst.Seeds = append(dst.Seeds, w.x[:m*dim]...)
+		return
+	}
+	dst.Hits = grow(dst.Hits, K)
+	dst.Sums = grow(dst.Sums, K*dim)
+	clear(dst.Sums)
+	k.accumulate(dst.Hits, dst.Sums, m)
+	if candidates <= 0 {
+		return
+	}
+	w.drawKeys(rand.New(src), m)
+	for _, c := range w.order[:min(candidates, len(w.order))] {
+		dst.Keys = append(dst.Keys, w.keys[c])
+		dst.Candidates = append(dst.Candidates, w.x[c*dim:(c+1)*dim]...)
+	}
+}
+
+// Apply takes one learning step from the contributions cs, in order:
+//
+//  1. The Seeds of all contributions that carry them, concatenated in
+//     order, are learned as one minibatch exactly as LearnAssign learns
+//     them: seeding with k's rand.Source while atoms are missing, then the
+//     update and re-seeding of the dictionary.
+//  2. The Hits and Sums of the other contributions are summed in order,
+//     h_j = Σ_c h_j^c and s_j = Σ_c s_j^c over m = Σ_c Rows_c rows, and
+//     applied as one update, the update of LearnAssign (see step):
+//     N_j ← e^(−m/(K·M))·N_j + h_j, φ_j ← φ_j + η_t·(h_j/N_j)·(s_j/h_j − φ_j),
+//     φ_j ← φ_j/‖φ_j‖, η_t from Batches; an atom whose new value is zero
+//     keeps its previous direction. Then the dead atoms (idle for at least
+//     ReseedAfter minibatches), in increasing order, are re-seeded with the
+//     candidates of all contributions merged by key, largest first (ties:
+//     contribution order, then position), each used once; atoms left
+//     without a candidate stay dead. Batches counts one and Samples adds m.
+//
+// A contribution applied alone to the version of the dictionary it was
+// computed under is LearnAssign of its batch, bit for bit, except for the
+// re-seeding draws (the candidates' u come from the contributor's source).
+// Contributions with Rows 0 are skipped, and so are Hits contributions
+// while the dictionary is not fully seeded (they cannot have been
+// computed under an earlier version of it).
+//
+// It panics if a contribution does not fit k (CheckContribution), and if
+// the KMeans has no rand.Source and a contribution carries Seeds.
+func (k *KMeans) Apply(cs []*KMeansContribution) {
+	for _, c := range cs {
+		if err := k.CheckContribution(c); err != nil {
+			panic(err)
+		}
+	}
+	K, dim := k.s.K, k.s.Dim
+	w := &k.work
+	ms := 0
+	for _, c := range cs {
+		ms += len(c.Seeds) / dim
+	}
+	if ms > 0 {
+		if k.rng == nil {
+			panic("online: KMeans.Apply of seeds without a rand.Source")
+		}
+		w.x = grow(w.x, ms*dim)
+		off := 0
+		for _, c := range cs {
+			off += copy(w.x[off:], c.Seeds)
+		}
+		k.learn(ms)
+	}
+	if k.seeded < K {
+		return
+	}
+	var (
+		first  *KMeansContribution // the only Hits contribution, until a second one
+		merged bool
+		m      int
+	)
+	for _, c := range cs {
+		if c.Rows == 0 || len(c.Seeds) > 0 {
+			continue
+		}
+		m += c.Rows
+		if first == nil {
+			first = c
+			continue
+		}
+		if !merged {
+			k.hits = append(k.hits[:0], first.Hits...)
+			k.sums = append(k.sums[:0], first.Sums...)
+			merged = true
+		}
+		floats.Add(k.hits, c.Hits)
+		floats.Add(k.sums, c.Sums)
+	}
+	if m == 0 {
+		return
+	}
+	hits, sums := first.Hits, first.Sums
+	if merged {
+		hits, sums = k.hits, k.sums
+	}
+	cur := k.batches + 1
+	k.step(m, cur, hits, sums, false)
+	if dead := k.deadAt(cur); len(dead) > 0 {
+		k.cand = k.cand[:0]
+		for i, c := range cs {
+			for p, key := range c.Keys {
+				k.cand = append(k.cand, candidate{key: key, c: i, pos: p})
+			}
+		}
+		slices.SortFunc(k.cand, func(a, b candidate) int {
+			if c := cmp.Compare(b.key, a.key); c != 0 {
+				return c
+			}
+			if c := cmp.Compare(a.c, b.c); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.pos, b.pos)
+		})
+		for i, j := range dead {
+			if i == len(k.cand) {
+				break
+			}
+			cd := k.cand[i]
+			k.revive(j, cur, cs[cd.c].Candidates[cd.pos*dim:(cd.pos+1)*dim])
+		}
+	}
+	k.batches = cur
+	k.samples += int64(m)
+}
+
+// candidate is a re-seeding candidate of Apply: position pos of
+// contribution c, of key key.
+type candidate struct {
+	key    float64
+	c, pos int
+}
+
+// CheckContribution reports, with an error wrapping ErrFormat, whether c
+// does not fit k's shape or is inconsistent: Seeds of Rows×Dim values
+// with no Hits, or else (with rows) K hits and K×Dim sums, and Dim values
+// per candidate key.
+func (k *KMeans) CheckContribution(c *KMeansContribution) error {
+	K, dim := k.s.K, k.s.Dim
+	switch {
+	case c.Rows < 0:
+		return fmt.Errorf("%w: k-means contribution of %d rows", ErrFormat, c.Rows)
+	case len(c.Seeds) > 0 && (len(c.Seeds) != c.Rows*dim || len(c.Hits) != 0):
+		return fmt.Errorf("%w: k-means contribution of %d rows with %d seed values and %d hits, receiver has Dim %d",
+			ErrFormat, c.Rows, len(c.Seeds), len(c.Hits), dim)
+	case len(c.Seeds) == 0 && c.Rows > 0 && (len(c.Hits) != K || len(c.Sums) != K*dim):
+		return fmt.Errorf("%w: k-means contribution of %d hits and %d sums, receiver is %dx%d",
+			ErrFormat, len(c.Hits), len(c.Sums), K, dim)
+	case len(c.Candidates) != len(c.Keys)*dim:
+		return fmt.Errorf("%w: k-means contribution of %d candidate values for %d keys, receiver has Dim %d",
+			ErrFormat, len(c.Candidates), len(c.Keys), dim)
+	}
+	return nil
+}
+
+// DeadWithin returns the number of atoms that would be dead (idle for at
+// least ReseedAfter minibatches) after batches more minibatches in which
+// they get no row: the number of re-seeding candidates a contributor
+// should send (Contribute) when its contribution may be applied up to
+// batches versions later (1: applied to the next version). It is 0 when
+// re-seeding is off and while the dictionary is not fully seeded.
+func (k *KMeans) DeadWithin(batches int) int {
+	after := k.s.reseedAfter()
+	if after < 0 || k.seeded < k.s.K {
+		return 0
+	}
+	n := 0
+	for _, l := range k.last {
+		if k.batches+int64(batches)-l >= int64(after) {
+			n++
+		}
+	}
+	return n
 }
 
 // seed makes rows of the minibatch the next atoms, as many as are missing
@@ -401,26 +636,51 @@ func seedWeight(c, tol float64) float64 {
 // update moves each assigned atom toward the mean of its rows
 // (Algorithm 1, line 13, with per-atom counts) and renormalises it.
 func (k *KMeans) update(m int, cur int64) {
-	w := &k.work
-	dim, K := k.s.Dim, k.s.K
+	K, dim := k.s.K, k.s.Dim
 	k.sums = grow(k.sums, K*dim)
 	k.hits = grow(k.hits, K)
-	clear(k.hits)
+	k.accumulate(k.hits, k.sums, m)
+	k.step(m, cur, k.hits, k.sums, true)
+}
+
+// accumulate writes into hits (K) the number h_j of the m compacted rows
+// assigned to each atom and into sums (K×Dim) their sum Σ_{i: j*(i)=j} x_i,
+// added in row order. Only the sums of atoms with rows are written.
+func (k *KMeans) accumulate(hits, sums []float64, m int) {
+	w := &k.work
+	dim := k.s.Dim
+	clear(hits)
 	for c := 0; c < m; c++ {
 		j := w.best[c]
-		sum := k.sums[j*dim : (j+1)*dim]
-		if k.hits[j] == 0 {
+		sum := sums[j*dim : (j+1)*dim]
+		if hits[j] == 0 {
 			clear(sum) // only the sums of atoms with rows are read
 		}
-		k.hits[j]++
+		hits[j]++
 		for l, v := range w.x[c*dim : (c+1)*dim] {
 			sum[l] += v
 		}
 	}
+}
+
+// step applies Algorithm 1, line 13, with per-atom counts, for a batch of
+// m rows whose per-atom counts and sums are hits and sums, and
+// renormalises the atoms that moved:
+//
+//	N_j ← e^(−m/(K·M))·N_j + h_j
+//	φ_j ← φ_j + η_t·(h_j/N_j)·(s_j/h_j − φ_j)   if h_j > 0
+//	φ_j ← φ_j/‖φ_j‖
+//
+// An atom whose new value is zero or not finite (its rows cancelled out
+// exactly) is set to the first of its rows of the workspace if fromRows,
+// else it keeps its previous direction.
+func (k *KMeans) step(m int, cur int64, hits, sums []float64, fromRows bool) {
+	w := &k.work
+	dim, K := k.s.Dim, k.s.K
 	eta := k.s.learningRate() / (1 + k.s.Decay*float64(k.batches))
 	keep := math.Exp(-float64(m) / (float64(K) * k.s.memory()))
 	for j := 0; j < K; j++ {
-		h := k.hits[j]
+		h := hits[j]
 		k.counts[j] = keep*k.counts[j] + h
 		if h == 0 {
 			continue
@@ -428,7 +688,10 @@ func (k *KMeans) update(m int, cur int64) {
 		k.last[j] = cur
 		step := eta * h / k.counts[j]
 		phi := k.atoms.RawRowView(j)
-		sum := k.sums[j*dim : (j+1)*dim]
+		if !fromRows {
+			k.prev = append(k.prev[:0], phi...)
+		}
+		sum := sums[j*dim : (j+1)*dim]
 		var ss float64
 		for l := range phi {
 			phi[l] += step * (sum[l]/h - phi[l])
@@ -436,8 +699,12 @@ func (k *KMeans) update(m int, cur int64) {
 		}
 		if ss == 0 || math.IsNaN(ss) || math.IsInf(ss, 0) {
 			// The rows cancelled out exactly; keep the atom's direction
-			// by re-seeding it from one of them.
-			copy(phi, w.x[k.firstRowOf(j, m)*dim:])
+			// by re-seeding it from one of them, or restoring it.
+			if fromRows {
+				copy(phi, w.x[k.firstRowOf(j, m)*dim:])
+			} else {
+				copy(phi, k.prev)
+			}
 			ss = 1
 		}
 		inv := 1 / math.Sqrt(ss)
@@ -463,49 +730,69 @@ func (k *KMeans) firstRowOf(j, m int) int {
 // exponential keys, Efraimidis and Spirakis 2006: the rows of largest
 // log(u)/weight).
 func (k *KMeans) reseed(m int, cur int64) {
-	after := k.s.reseedAfter()
-	if after < 0 {
-		return
-	}
-	k.dead = k.dead[:0]
-	for j, l := range k.last {
-		if cur-l >= int64(after) {
-			k.dead = append(k.dead, j)
-		}
-	}
-	if len(k.dead) == 0 {
+	if len(k.deadAt(cur)) == 0 {
 		return
 	}
 	w := &k.work
-	w.keys = grow(w.keys, m)
-	w.order = w.order[:0]
-	for c := 0; c < m; c++ {
-		weight := 1 - w.cos[c]
-		u := 1 - k.rng.Float64() // (0, 1]
-		if weight <= 0 {
-			continue
-		}
-		w.keys[c] = math.Log(u) / weight
-		w.order = append(w.order, c)
-	}
-	slices.SortFunc(w.order, func(a, b int) int {
-		// Largest key first; ties by row for a deterministic order.
-		if c := cmp.Compare(w.keys[b], w.keys[a]); c != 0 {
-			return c
-		}
-		return cmp.Compare(a, b)
-	})
+	w.drawKeys(k.rng, m)
 	dim := k.s.Dim
 	for i, j := range k.dead {
 		if i == len(w.order) {
 			break
 		}
 		c := w.order[i]
-		k.setAtom(j, w.x[c*dim:(c+1)*dim])
-		k.counts[j] = 0
-		k.last[j] = cur
-		k.reseeds++
+		k.revive(j, cur, w.x[c*dim:(c+1)*dim])
 	}
+}
+
+// deadAt sets k.dead to the atoms that are dead in minibatch cur, idle for
+// at least ReseedAfter minibatches, in increasing order, and returns it
+// (empty when re-seeding is off).
+func (k *KMeans) deadAt(cur int64) []int {
+	k.dead = k.dead[:0]
+	after := k.s.reseedAfter()
+	if after < 0 {
+		return k.dead
+	}
+	for j, l := range k.last {
+		if cur-l >= int64(after) {
+			k.dead = append(k.dead, j)
+		}
+	}
+	return k.dead
+}
+
+// revive re-seeds atom j with the unit row v in minibatch cur.
+func (k *KMeans) revive(j int, cur int64, v []float64) {
+	k.setAtom(j, v)
+	k.counts[j] = 0
+	k.last[j] = cur
+	k.reseeds++
+}
+
+// drawKeys draws, for each of the m compacted rows in order, u uniform in
+// (0, 1] from r and sets the row's key to log(u)/(1 − cos), cos the
+// cosine with its atom, and sets s.order to the rows of positive
+// distortion, largest key first (ties by row).
+func (s *scratch) drawKeys(r *rand.Rand, m int) {
+	s.keys = grow(s.keys, m)
+	s.order = s.order[:0]
+	for c := 0; c < m; c++ {
+		weight := 1 - s.cos[c]
+		u := 1 - r.Float64() // (0, 1]
+		if weight <= 0 {
+			continue
+		}
+		s.keys[c] = math.Log(u) / weight
+		s.order = append(s.order, c)
+	}
+	slices.SortFunc(s.order, func(a, b int) int {
+		// Largest key first; ties by row for a deterministic order.
+		if c := cmp.Compare(s.keys[b], s.keys[a]); c != 0 {
+			return c
+		}
+		return cmp.Compare(a, b)
+	})
 }
 
 // Assign writes the f_vq code of each row of x (smt-minimalistic, section

@@ -71,6 +71,20 @@ func (m *Moments) Add(x mat.Matrix, skip []bool, forget float64) int {
 	if !(forget >= 0 && forget < 1) {
 		panic(fmt.Sprintf("online: forget factor %v outside [0, 1)", forget))
 	}
+	n := m.batch(m.bmean, m.bscatter, x, skip)
+	if n == 0 {
+		return 0
+	}
+	m.weight = mergeMoments(m.weight, m.mean, m.scatter, float64(n), m.bmean, m.bscatter, forget)
+	return n
+}
+
+// batch writes into mean and scatter (Dim and Dim×Dim, upper triangle)
+// the mean m_b and scatter M_b = Σ_b (x−m_b)(x−m_b)ᵀ of the rows of x
+// that skip does not flag and returns their number n_b. With n_b = 0 it
+// writes nothing. x must have Dim columns.
+func (m *Moments) batch(mean, scatter []float64, x mat.Matrix, skip []bool) int {
+	r, _ := x.Dims()
 	n := 0
 	for i := 0; i < r; i++ {
 		if skip == nil || !skip[i] {
@@ -85,7 +99,7 @@ func (m *Moments) Add(x mat.Matrix, skip []bool, forget float64) int {
 	}
 	cen := m.centered[:n*m.dim]
 	k := 0
-	clear(m.bmean)
+	clear(mean)
 	for i := 0; i < r; i++ {
 		if skip != nil && skip[i] {
 			continue
@@ -93,41 +107,57 @@ func (m *Moments) Add(x mat.Matrix, skip []bool, forget float64) int {
 		row := cen[k*m.dim : (k+1)*m.dim]
 		mat.Row(row, i, x)
 		for j, v := range row {
-			m.bmean[j] += v
+			mean[j] += v
 		}
 		k++
 	}
 	nb := float64(n)
-	for j := range m.bmean {
-		m.bmean[j] /= nb
+	for j := range mean {
+		mean[j] /= nb
 	}
 	for k := 0; k < n; k++ {
 		row := cen[k*m.dim : (k+1)*m.dim]
 		for j := range row {
-			row[j] -= m.bmean[j]
+			row[j] -= mean[j]
 		}
 	}
 	blas64.Syrk(blas.Trans, 1,
 		blas64.General{Rows: n, Cols: m.dim, Stride: m.dim, Data: cen},
-		0, blas64.Symmetric{Uplo: blas.Upper, N: m.dim, Stride: m.dim, Data: m.bscatter})
+		0, blas64.Symmetric{Uplo: blas.Upper, N: m.dim, Stride: m.dim, Data: scatter})
+	return n
+}
 
-	w := m.weight * (1 - forget)
+// mergeMoments merges the moments (n_b, m_b, M_b) of a batch into those
+// (w, m, M) of the past, which lose the fraction forget of their weight
+// first, and returns the new weight w' (Chan, Golub and LeVeque, 1979,
+// pairwise update; see Moments):
+//
+//	w ← (1−f)·w,  M ← (1−f)·M
+//	δ = m_b − m,  w' = w + n_b
+//	m ← m + δ·n_b/w'
+//	M ← M + M_b + δδᵀ·w·n_b/w'
+//
+// mean and scatter are updated in place; only the upper triangles of the
+// scatters are read and written. With forget = 0 it is the exact pairwise
+// combination of two batches.
+func mergeMoments(w float64, mean, scatter []float64, nb float64, bmean, bscatter []float64, forget float64) float64 {
+	dim := len(mean)
+	w *= 1 - forget
 	tot := w + nb
 	coef := w * nb / tot
-	for i := 0; i < m.dim; i++ {
-		di := m.bmean[i] - m.mean[i]
-		row := m.scatter[i*m.dim : (i+1)*m.dim]
-		brow := m.bscatter[i*m.dim : (i+1)*m.dim]
-		for j := i; j < m.dim; j++ {
-			dj := m.bmean[j] - m.mean[j]
+	for i := 0; i < dim; i++ {
+		di := bmean[i] - mean[i]
+		row := scatter[i*dim : (i+1)*dim]
+		brow := bscatter[i*dim : (i+1)*dim]
+		for j := i; j < dim; j++ {
+			dj := bmean[j] - mean[j]
 			row[j] = row[j]*(1-forget) + brow[j] + di*dj*coef
 		}
 	}
-	for j := range m.mean {
-		m.mean[j] += (m.bmean[j] - m.mean[j]) * nb / tot
+	for j := range mean {
+		mean[j] += (bmean[j] - mean[j]) * nb / tot
 	}
-	m.weight = tot
-	return n
+	return tot
 }
 
 // Mean returns the running mean, written into dst if it has length Dim
@@ -289,7 +319,8 @@ var ErrEigen = errors.New("online: eigendecomposition of the covariance failed")
 // leaves out rows holding NaN or ±Inf. Check reports a state whose
 // operator has collapsed anyway.
 //
-// Observe, Refresh, SetSettings and UnmarshalBinary modify the Whitener;
+// Observe, Contribute, Apply, Refresh, SetSettings and UnmarshalBinary
+// modify the Whitener (Contribute only its workspaces);
 // the other methods only read it and may run concurrently with each other.
 type Whitener struct {
 	s         WhitenSettings
@@ -318,6 +349,9 @@ type Whitener struct {
 	eig    mat.EigenSym
 	vec    mat.Dense
 	tmp    *mat.Dense
+
+	own  WhitenContribution // workspace: the batch of Observe
+	comb WhitenContribution // workspace: the contributions combined by Apply
 }
 
 // NewWhitener returns a Whitener of dim-vectors whose operator is the
@@ -428,18 +462,114 @@ func (w *Whitener) Moments() *Moments { return w.mom }
 // It panics with mat.ErrShape if x does not have Dim columns or skip is
 // non-nil and not one flag per row.
 func (w *Whitener) Observe(x mat.Matrix, skip []bool) error {
+	w.Contribute(&w.own, x, skip)
+	c := &w.own
+	return w.merge(c.Rows, c.Mean, c.Scatter, c.Clipped, c.Rejected)
+}
+
+// Contribute writes into dst, reusing its slices, what Observe(x, skip)
+// would merge: the count n_b, mean m_b and scatter M_b of the rows of x
+// that skip does not flag and that are finite, after the bound of Observe
+// under w's current moments, and the numbers of rows the bound clipped and
+// rejected. It changes none of w's moments, operator or counters, only its
+// workspaces, so it must not run concurrently with the other methods that
+// modify w. A frozen Whitener contributes nothing (Rows 0). With Rows 0,
+// dst.Mean and dst.Scatter are not meaningful.
+//
+// It panics with mat.ErrShape if x does not have Dim columns or skip is
+// non-nil and not one flag per row.
+func (w *Whitener) Contribute(dst *WhitenContribution, x mat.Matrix, skip []bool) {
 	r, c := x.Dims()
-	if c != w.mom.dim || (skip != nil && len(skip) != r) {
+	d := w.mom.dim
+	if c != d || (skip != nil && len(skip) != r) {
 		panic(mat.ErrShape)
 	}
+	dst.Rows, dst.Clipped, dst.Rejected = 0, 0, 0
+	if w.Frozen() {
+		return
+	}
+	rows, omit := w.bound(dst, x, skip)
+	dst.Mean = grow(dst.Mean, d)
+	dst.Scatter = grow(dst.Scatter, d*d)
+	dst.Rows = w.mom.batch(dst.Mean, dst.Scatter, rows, omit)
+}
+
+// Apply merges the contributions cs, in order, into the moments as one
+// minibatch: the weight of the past is forgotten once, the batch moments
+// of the contributions are combined pairwise (Chan, Golub and LeVeque,
+// 1979; the update of Moments with f = 0),
+//
+//	n = n_a + n_b,  δ = m_b − m_a
+//	m = m_a + δ·n_b/n
+//	M = M_a + M_b + δδᵀ·n_a·n_b/n,
+//
+// and the result is merged as Moments.Add merges a batch. Batches counts
+// one, Rows, Clipped and Rejected add up, and the operator is refreshed
+// when the schedule of WhitenSettings.RefreshEvery says so or FreezeAfter
+// is reached, exactly as in Observe; Apply of the single contribution of
+// a batch is Observe of that batch, bit for bit. Contributions with Rows 0
+// add only their Rejected count (as Observe counts the rejected rows of a
+// batch it otherwise ignores); a frozen Whitener ignores cs.
+//
+// The contributions should have been computed under a recent state of w:
+// each one's rows were bounded under the moments of the Whitener that
+// contributed it. Apply returns an error wrapping ErrFormat, and changes
+// nothing, if a contribution with rows does not have Dim-sized moments or
+// has a negative count, and ErrEigen (wrapped) if a refresh fails, in
+// which case the moments keep the batch and the operator is unchanged.
+func (w *Whitener) Apply(cs []*WhitenContribution) error {
 	if w.Frozen() {
 		return nil
 	}
-	rows, omit := w.bound(x, skip)
-	n := w.mom.Add(rows, omit, w.s.Forget)
+	d := w.mom.dim
+	for i, c := range cs {
+		if c.Rows < 0 || c.Clipped < 0 || c.Rejected < 0 ||
+			(c.Rows > 0 && (len(c.Mean) != d || len(c.Scatter) != d*d)) {
+			return fmt.Errorf("%w: whiten contribution %d of %d rows, %d-mean and %d-scatter, receiver has dimension %d",
+				ErrFormat, i, c.Rows, len(c.Mean), len(c.Scatter), d)
+		}
+	}
+	var (
+		first             *WhitenContribution // the only contribution with rows, until a second one
+		clipped, rejected int64
+		comb              = &w.comb
+	)
+	for _, c := range cs {
+		clipped += c.Clipped
+		rejected += c.Rejected
+		if c.Rows == 0 {
+			continue
+		}
+		switch first {
+		case nil:
+			first = c
+			continue
+		case comb:
+		default:
+			comb.Rows = first.Rows
+			comb.Mean = append(comb.Mean[:0], first.Mean...)
+			comb.Scatter = append(comb.Scatter[:0], first.Scatter...)
+			first = comb
+		}
+		mergeMoments(float64(comb.Rows), comb.Mean, comb.Scatter, float64(c.Rows), c.Mean, c.Scatter, 0)
+		comb.Rows += c.Rows
+	}
+	if first == nil {
+		return w.merge(0, nil, nil, clipped, rejected)
+	}
+	return w.merge(first.Rows, first.Mean, first.Scatter, clipped, rejected)
+}
+
+// merge merges the batch moments (n, mean, scatter) into w's moments,
+// forgetting the past once, counts the batch and refreshes the operator
+// on schedule (see Observe); with n = 0 it only counts the bounded rows.
+func (w *Whitener) merge(n int, mean, scatter []float64, clipped, rejected int64) error {
+	w.clipped += clipped
+	w.rejected += rejected
 	if n == 0 {
 		return nil
 	}
+	w.mom.weight = mergeMoments(w.mom.weight, w.mom.mean, w.mom.scatter, float64(n), mean, scatter, w.s.Forget)
 	w.batches++
 	w.rows += int64(n)
 	if w.Frozen() {
@@ -453,8 +583,9 @@ func (w *Whitener) Observe(x mat.Matrix, skip []bool) error {
 }
 
 // bound copies x into a workspace, flags the rows Observe leaves out and
-// pulls the others in to the bound τ (see Observe).
-func (w *Whitener) bound(x mat.Matrix, skip []bool) (*mat.Dense, []bool) {
+// pulls the others in to the bound τ (see Observe), counting the rows it
+// rejects and clips in dst.
+func (w *Whitener) bound(dst *WhitenContribution, x mat.Matrix, skip []bool) (*mat.Dense, []bool) {
 	r, d := x.Dims()
 	if !w.rows2.IsEmpty() {
 		if rr, _ := w.rows2.Dims(); rr != r {
@@ -475,7 +606,7 @@ func (w *Whitener) bound(x mat.Matrix, skip []bool) (*mat.Dense, []bool) {
 		}
 		if !finite(raw.Data[i*raw.Stride : i*raw.Stride+d]) {
 			w.omit[i] = true
-			w.rejected++
+			dst.Rejected++
 			continue
 		}
 		eligible++
@@ -510,7 +641,7 @@ func (w *Whitener) bound(x mat.Matrix, skip []bool) (*mat.Dense, []bool) {
 		if !(dist > tau) {
 			continue
 		}
-		w.clipped++
+		dst.Clipped++
 		if math.IsInf(dist, 1) {
 			copy(row, w.centre)
 			continue
@@ -669,6 +800,7 @@ func (w *Whitener) Clone() *Whitener {
 	c.inv = mat.DenseCopyOf(w.inv)
 	c.cov, c.eig, c.vec = mat.SymDense{}, mat.EigenSym{}, mat.Dense{}
 	c.rows2, c.omit, c.centre, c.dist = mat.Dense{}, nil, nil, nil
+	c.own, c.comb = WhitenContribution{}, WhitenContribution{}
 	c.tmp = mat.NewDense(w.mom.dim, w.mom.dim, nil)
 	return &c
 }

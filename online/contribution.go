@@ -1,0 +1,323 @@
+package online
+
+import (
+	"encoding"
+	"fmt"
+	"math"
+
+	"github.com/smtd/smtd/internal/state"
+)
+
+// Contributions split a learning step between many workers and one owner
+// (the parameter-server pattern): each worker computes, under the version
+// of the learner it holds, the share of one minibatch in the learner's
+// sufficient statistics, which is where the cost is (scoring every row
+// against K atoms), and the owner merges the contributions in sequence
+// order and takes the step (Whitener.Apply, KMeans.Apply), which costs
+// O(parameters). A contribution is computed under a possibly older version
+// than the one it is applied to; applied at once to the version it was
+// computed under, it is the step Observe or LearnAssign takes, bit for bit.
+
+var (
+	_ encoding.BinaryMarshaler   = (*WhitenContribution)(nil)
+	_ encoding.BinaryUnmarshaler = (*WhitenContribution)(nil)
+	_ encoding.BinaryMarshaler   = (*KMeansContribution)(nil)
+	_ encoding.BinaryUnmarshaler = (*KMeansContribution)(nil)
+)
+
+const (
+	kindWhitenContribution = 'w'
+	kindKMeansContribution = 'k'
+)
+
+// Bounds on the shapes UnmarshalBinary accepts, so that a corrupt header
+// cannot make it allocate without limit: dimensions up to 2^16 and
+// K·Dim up to 2^25 floats (256 MiB), above any configuration the daemon
+// runs (K = 16384 atoms of 6×6 patches is 2^19.2).
+const (
+	maxContributionDim    = 1 << 16
+	maxContributionFloats = 1 << 25
+)
+
+// WhitenContribution is one minibatch's share of the whitening moments,
+// computed under the state of the Whitener that contributed it (its bound,
+// see Whitener.Observe and Whitener.Contribute): the count n_b, mean m_b
+// and scatter M_b of its bounded rows, which Whitener.Apply merges with
+// the pairwise update of Chan, Golub and LeVeque (1979).
+type WhitenContribution struct {
+	Rows     int       // n_b: rows merged (after leaving out rejected/skipped ones); 0: nothing
+	Mean     []float64 // m_b, Dim
+	Scatter  []float64 // M_b = Σ (x−m_b)(x−m_b)ᵀ, Dim×Dim row-major, upper triangle
+	Clipped  int64     // rows pulled in by the bound
+	Rejected int64     // rows left out as non-finite
+}
+
+// MarshalBinary encodes c, float64 values bit-exact: the counters, and
+// with Rows > 0 the dimension, the mean and the upper triangle of the
+// scatter. It returns an error wrapping ErrFormat if the lengths of Mean
+// and Scatter do not agree or a count is negative.
+func (c *WhitenContribution) MarshalBinary() ([]byte, error) {
+	d := len(c.Mean)
+	if c.Rows < 0 || c.Clipped < 0 || c.Rejected < 0 || (c.Rows > 0 && (d == 0 || len(c.Scatter) != d*d)) {
+		return nil, fmt.Errorf("%w: whiten contribution of %d rows with a %d-mean and a %d-scatter",
+			ErrFormat, c.Rows, d, len(c.Scatter))
+	}
+	if c.Rows == 0 {
+		d = 0
+	}
+	e := state.NewEncoder(make([]byte, 0, 32+8*(d*(d+3)/2)))
+	e.U8(stateVersion)
+	e.U8(kindWhitenContribution)
+	e.Uvarint(uint64(c.Rows))
+	e.Uvarint(uint64(c.Clipped))
+	e.Uvarint(uint64(c.Rejected))
+	e.Uvarint(uint64(d))
+	if d > 0 {
+		e.F64s(c.Mean)
+		for i := range d {
+			e.F64s(c.Scatter[i*d+i : (i+1)*d])
+		}
+	}
+	return e.Bytes(), nil
+}
+
+// UnmarshalBinary decodes what MarshalBinary wrote into c, reusing its
+// slices; the lower triangle of Scatter is zero. It returns an error
+// wrapping ErrFormat or ErrVersion if data is truncated, too long, of
+// another kind, or holds non-finite moments or a scatter with a negative
+// diagonal; c then holds no rows (its slices are kept for reuse).
+func (c *WhitenContribution) UnmarshalBinary(data []byte) error {
+	c.Rows, c.Clipped, c.Rejected = 0, 0, 0
+	c.Mean, c.Scatter = c.Mean[:0], c.Scatter[:0]
+	d := state.NewDecoder(data)
+	if v := d.U8(); v != stateVersion {
+		return fmt.Errorf("%w: whiten contribution version %d, want %d", ErrVersion, v, stateVersion)
+	}
+	if k := d.U8(); k != kindWhitenContribution {
+		return fmt.Errorf("%w: not a whiten contribution", ErrFormat)
+	}
+	rows, clipped, rejected, dim := d.Uvarint(), d.Uvarint(), d.Uvarint(), d.Uvarint()
+	switch {
+	case d.Bad():
+	case rows > math.MaxInt32 || clipped > math.MaxInt64 || rejected > math.MaxInt64:
+		d.Fail()
+	case (rows == 0) != (dim == 0) || dim > maxContributionDim:
+		d.Fail()
+	case uint64(d.Len()) != 8*dim*(dim+3)/2:
+		d.Fail()
+	}
+	if d.Bad() {
+		return fmt.Errorf("%w: whiten contribution of %d bytes is truncated, too long or inconsistent", ErrFormat, len(data))
+	}
+	n := int(dim)
+	mean, scatter := grow(c.Mean, n), grow(c.Scatter, n*n)
+	c.Mean, c.Scatter = mean[:0], scatter[:0]
+	clear(scatter)
+	d.F64s(mean)
+	for i := range n {
+		d.F64s(scatter[i*n+i : (i+1)*n])
+	}
+	if !d.Done() {
+		return fmt.Errorf("%w: whiten contribution of %d bytes is truncated or too long", ErrFormat, len(data))
+	}
+	if !finite(mean) || !finite(scatter) {
+		return fmt.Errorf("%w: whiten contribution with non-finite moments", ErrFormat)
+	}
+	for i := range n {
+		if scatter[i*n+i] < 0 {
+			return fmt.Errorf("%w: whiten contribution with a negative variance", ErrFormat)
+		}
+	}
+	c.Rows, c.Clipped, c.Rejected = int(rows), int64(clipped), int64(rejected)
+	c.Mean, c.Scatter = mean, scatter
+	return nil
+}
+
+// KMeansContribution is one minibatch's share of a k-means step
+// (smt-minimalistic, App. D, Algorithm 1, lines 10-13), computed under the
+// dictionary of the KMeans that contributed it (KMeans.Contribute) and
+// applied by KMeans.Apply.
+type KMeansContribution struct {
+	Rows       int       // m: non-blank rows
+	Hits       []float64 // h_j, K (nil/empty when Seeds is set)
+	Sums       []float64 // Σ_{i: j*(i)=j} x_i, K×Dim; rows of atoms without hits are zero
+	Seeds      []float64 // m×Dim unit rows, set instead of Hits/Sums while the contributor's dictionary was not fully seeded
+	Candidates []float64 // c×Dim rows for re-seeding dead atoms, best first
+	Keys       []float64 // their keys log(u)/(1−cos) (Efraimidis-Spirakis), decreasing
+}
+
+// Modes of an encoded KMeansContribution.
+const (
+	contributionHits  = 'h'
+	contributionSeeds = 's'
+)
+
+// dims returns the K and Dim of c (K is 0 with Seeds), or an error
+// wrapping ErrFormat if its lengths are inconsistent.
+func (c *KMeansContribution) dims() (K, dim int, err error) {
+	K = len(c.Hits)
+	switch {
+	case len(c.Seeds) > 0 && c.Rows > 0:
+		dim = len(c.Seeds) / c.Rows
+	case K > 0:
+		dim = len(c.Sums) / K
+	case len(c.Keys) > 0:
+		dim = len(c.Candidates) / len(c.Keys)
+	}
+	switch {
+	case c.Rows < 0, len(c.Seeds) > 0 && (K > 0 || len(c.Sums) > 0 || len(c.Seeds) != c.Rows*dim),
+		len(c.Sums) != K*dim, len(c.Candidates) != len(c.Keys)*dim,
+		dim == 0 && (c.Rows > 0 || len(c.Keys) > 0):
+		return 0, 0, fmt.Errorf("%w: k-means contribution of %d rows with %d hits, %d sums, %d seed values, %d candidate values and %d keys",
+			ErrFormat, c.Rows, len(c.Hits), len(c.Sums), len(c.Seeds), len(c.Candidates), len(c.Keys))
+	}
+	return K, dim, nil
+}
+
+// MarshalBinary encodes c compactly, float64 values bit-exact: the shape,
+// then either the seeds or, for each atom with hits only, its index (as a
+// gap), its count and its sum, then the candidates with their keys. It
+// returns an error wrapping ErrFormat if the lengths of c are
+// inconsistent, a count is not a non-negative integer, or the counts do
+// not add up to Rows.
+func (c *KMeansContribution) MarshalBinary() ([]byte, error) {
+	K, dim, err := c.dims()
+	if err != nil {
+		return nil, err
+	}
+	nnz, total := 0, 0.0
+	for _, h := range c.Hits {
+		if !(h >= 0 && h <= math.MaxInt32 && h == math.Trunc(h)) {
+			return nil, fmt.Errorf("%w: k-means contribution with a count of %v", ErrFormat, h)
+		}
+		if h > 0 {
+			nnz++
+			total += h
+		}
+	}
+	if len(c.Seeds) == 0 && total != float64(c.Rows) {
+		return nil, fmt.Errorf("%w: k-means contribution of %d rows with %v hits", ErrFormat, c.Rows, total)
+	}
+	e := state.NewEncoder(make([]byte, 0, 48+8*(len(c.Seeds)+nnz*(dim+1)+len(c.Candidates)+len(c.Keys))))
+	e.U8(stateVersion)
+	e.U8(kindKMeansContribution)
+	e.Uvarint(uint64(K))
+	e.Uvarint(uint64(dim))
+	e.Uvarint(uint64(c.Rows))
+	if len(c.Seeds) > 0 {
+		e.U8(contributionSeeds)
+		e.F64s(c.Seeds)
+	} else {
+		e.U8(contributionHits)
+		e.Uvarint(uint64(nnz))
+		last := -1
+		for j, h := range c.Hits {
+			if h > 0 {
+				e.Uvarint(uint64(j - last))
+				e.Uvarint(uint64(h))
+				e.F64s(c.Sums[j*dim : (j+1)*dim])
+				last = j
+			}
+		}
+	}
+	e.Uvarint(uint64(len(c.Keys)))
+	for i, key := range c.Keys {
+		e.F64(key)
+		e.F64s(c.Candidates[i*dim : (i+1)*dim])
+	}
+	return e.Bytes(), nil
+}
+
+// UnmarshalBinary decodes what MarshalBinary wrote into c, reusing its
+// slices; the sums of atoms without hits are zero. It returns an error
+// wrapping ErrFormat or ErrVersion if data is truncated, too long, of
+// another kind, has inconsistent lengths or counts (hits that do not add
+// up to Rows, atoms out of range), or holds non-finite values or keys
+// that are NaN or not decreasing; c then holds no rows (its slices are
+// kept for reuse).
+func (c *KMeansContribution) UnmarshalBinary(data []byte) error {
+	c.Rows = 0
+	c.Hits, c.Sums, c.Seeds = c.Hits[:0], c.Sums[:0], c.Seeds[:0]
+	c.Candidates, c.Keys = c.Candidates[:0], c.Keys[:0]
+	fail := func(what string) error {
+		c.Rows = 0
+		c.Hits, c.Sums, c.Seeds = c.Hits[:0], c.Sums[:0], c.Seeds[:0]
+		c.Candidates, c.Keys = c.Candidates[:0], c.Keys[:0]
+		return fmt.Errorf("%w: k-means contribution of %d bytes: %s", ErrFormat, len(data), what)
+	}
+	d := state.NewDecoder(data)
+	if v := d.U8(); v != stateVersion {
+		return fmt.Errorf("%w: k-means contribution version %d, want %d", ErrVersion, v, stateVersion)
+	}
+	if k := d.U8(); k != kindKMeansContribution {
+		return fmt.Errorf("%w: not a k-means contribution", ErrFormat)
+	}
+	uK, udim, urows := d.Uvarint(), d.Uvarint(), d.Uvarint()
+	mode := d.U8()
+	if d.Bad() {
+		return fail("truncated")
+	}
+	if udim > maxContributionDim || uK > maxContributionFloats || uK*udim > maxContributionFloats || urows > math.MaxInt32 {
+		return fail("shape out of range")
+	}
+	K, dim, rows := int(uK), int(udim), int(urows)
+	// Every row, atom or candidate costs at least dim float64s: check
+	// the claimed counts against the bytes left before allocating.
+	fits := func(n uint64) bool { return dim > 0 && n <= uint64(d.Len())/uint64(8*dim) }
+	switch mode {
+	case contributionSeeds:
+		if rows == 0 || K != 0 || !fits(urows) {
+			return fail("inconsistent seeds")
+		}
+		c.Seeds = grow(c.Seeds, rows*dim)
+		d.F64s(c.Seeds)
+	case contributionHits:
+		nnz := d.Uvarint()
+		if d.Bad() || nnz > uK || (nnz > 0 && !fits(nnz)) || (rows > 0) != (nnz > 0) {
+			return fail("inconsistent hits")
+		}
+		if K > 0 {
+			c.Hits, c.Sums = grow(c.Hits, K), grow(c.Sums, K*dim)
+			clear(c.Hits)
+			clear(c.Sums)
+		}
+		pos, total := -1, uint64(0)
+		for range nnz {
+			gap, h := d.Uvarint(), d.Uvarint()
+			if d.Bad() || gap == 0 || gap > uint64(K-1-pos) || h == 0 || h > urows-total {
+				return fail("inconsistent hits")
+			}
+			pos += int(gap)
+			total += h
+			c.Hits[pos] = float64(h)
+			d.F64s(c.Sums[pos*dim : (pos+1)*dim])
+		}
+		if total != urows {
+			return fail("hits do not add up to the rows")
+		}
+	default:
+		return fail("unknown mode")
+	}
+	nc := d.Uvarint()
+	if d.Bad() || (nc > 0 && !fits(nc)) {
+		return fail("inconsistent candidates")
+	}
+	c.Keys, c.Candidates = grow(c.Keys, int(nc)), grow(c.Candidates, int(nc)*dim)
+	for i := range c.Keys {
+		c.Keys[i] = d.F64()
+		d.F64s(c.Candidates[i*dim : (i+1)*dim])
+	}
+	if !d.Done() {
+		return fail("truncated or too long")
+	}
+	for i, key := range c.Keys {
+		if math.IsNaN(key) || (i > 0 && key > c.Keys[i-1]) {
+			return fail("candidate keys not decreasing")
+		}
+	}
+	if !finite(c.Seeds) || !finite(c.Sums) || !finite(c.Candidates) {
+		return fail("non-finite values")
+	}
+	c.Rows = rows
+	return nil
+}
