@@ -39,6 +39,19 @@ const (
 	maxContributionFloats = 1 << 25
 )
 
+// readHeader reads the version and kind bytes of an encoding of the kind
+// named what and returns an error wrapping ErrVersion or ErrFormat if
+// they are not this package's version and kind.
+func readHeader(d *state.Decoder, kind byte, what string) error {
+	if v := d.U8(); v != stateVersion {
+		return fmt.Errorf("%w: %s version %d, want %d", ErrVersion, what, v, stateVersion)
+	}
+	if k := d.U8(); k != kind {
+		return fmt.Errorf("%w: not a %s", ErrFormat, what)
+	}
+	return nil
+}
+
 // WhitenContribution is one minibatch's share of the whitening moments,
 // computed under the state of the Whitener that contributed it (its bound,
 // see Whitener.Observe and Whitener.Contribute): the count n_b, mean m_b
@@ -90,11 +103,8 @@ func (c *WhitenContribution) UnmarshalBinary(data []byte) error {
 	c.Rows, c.Clipped, c.Rejected = 0, 0, 0
 	c.Mean, c.Scatter = c.Mean[:0], c.Scatter[:0]
 	d := state.NewDecoder(data)
-	if v := d.U8(); v != stateVersion {
-		return fmt.Errorf("%w: whiten contribution version %d, want %d", ErrVersion, v, stateVersion)
-	}
-	if k := d.U8(); k != kindWhitenContribution {
-		return fmt.Errorf("%w: not a whiten contribution", ErrFormat)
+	if err := readHeader(d, kindWhitenContribution, "whiten contribution"); err != nil {
+		return err
 	}
 	rows, clipped, rejected, dim := d.Uvarint(), d.Uvarint(), d.Uvarint(), d.Uvarint()
 	switch {
@@ -144,6 +154,13 @@ type KMeansContribution struct {
 	Seeds      []float64 // m×Dim unit rows, set instead of Hits/Sums while the contributor's dictionary was not fully seeded
 	Candidates []float64 // c×Dim rows for re-seeding dead atoms, best first
 	Keys       []float64 // their keys log(u)/(1−cos) (Efraimidis-Spirakis), decreasing
+}
+
+// reset empties c, keeping its slices for reuse.
+func (c *KMeansContribution) reset() {
+	c.Rows = 0
+	c.Hits, c.Sums, c.Seeds = c.Hits[:0], c.Sums[:0], c.Seeds[:0]
+	c.Candidates, c.Keys = c.Candidates[:0], c.Keys[:0]
 }
 
 // Modes of an encoded KMeansContribution.
@@ -236,21 +253,14 @@ func (c *KMeansContribution) MarshalBinary() ([]byte, error) {
 // that are NaN or not decreasing; c then holds no rows (its slices are
 // kept for reuse).
 func (c *KMeansContribution) UnmarshalBinary(data []byte) error {
-	c.Rows = 0
-	c.Hits, c.Sums, c.Seeds = c.Hits[:0], c.Sums[:0], c.Seeds[:0]
-	c.Candidates, c.Keys = c.Candidates[:0], c.Keys[:0]
+	c.reset()
 	fail := func(what string) error {
-		c.Rows = 0
-		c.Hits, c.Sums, c.Seeds = c.Hits[:0], c.Sums[:0], c.Seeds[:0]
-		c.Candidates, c.Keys = c.Candidates[:0], c.Keys[:0]
+		c.reset()
 		return fmt.Errorf("%w: k-means contribution of %d bytes: %s", ErrFormat, len(data), what)
 	}
 	d := state.NewDecoder(data)
-	if v := d.U8(); v != stateVersion {
-		return fmt.Errorf("%w: k-means contribution version %d, want %d", ErrVersion, v, stateVersion)
-	}
-	if k := d.U8(); k != kindKMeansContribution {
-		return fmt.Errorf("%w: not a k-means contribution", ErrFormat)
+	if err := readHeader(d, kindKMeansContribution, "k-means contribution"); err != nil {
+		return err
 	}
 	uK, udim, urows := d.Uvarint(), d.Uvarint(), d.Uvarint()
 	mode := d.U8()

@@ -352,9 +352,8 @@ func (k *KMeans) Contribute(dst *KMeansContribution, assign []int, cos []float64
 	K, dim := k.s.K, k.s.Dim
 	w := &k.work
 	m := w.compact(x, blank)
+	dst.reset()
 	dst.Rows = m
-	dst.Hits, dst.Sums, dst.Seeds = dst.Hits[:0], dst.Sums[:0], dst.Seeds[:0]
-	dst.Candidates, dst.Keys = dst.Candidates[:0], dst.Keys[:0]
 	w.argmaxFused(fused, &k.packed, k.seeded, m)
 	w.spread(assign, cos, r, m)
 	if m == 0 {
