@@ -315,3 +315,155 @@ func TestKMeansApplyMergesLikeOneBatch(t *testing.T) {
 		t.Error("counts or idle clocks differ")
 	}
 }
+
+// unitRow returns a random unit row of dim values.
+func unitRow(rng *rand.Rand, dim int) []float64 {
+	v := make([]float64, dim)
+	var ss float64
+	for i := range v {
+		v[i] = rng.NormFloat64()
+		ss += v[i] * v[i]
+	}
+	for i := range v {
+		v[i] /= math.Sqrt(ss)
+	}
+	return v
+}
+
+func TestKMeansApplyReseedsFromCandidates(t *testing.T) {
+	rng := rand.New(rand.NewPCG(75, 76))
+	const K, dim = 6, 4
+	km, _ := newTestKMeans(KMeansSettings{K: K, Dim: dim, ReseedAfter: 2}, 13)
+	seeds := mat.NewDense(K, dim, nil)
+	for i := range K {
+		seeds.SetRow(i, unitRow(rng, dim))
+	}
+	km.Learn(seeds, nil) // seeds all K atoms in batch 1
+	if km.Seeded() != K || km.Batches() != 1 {
+		t.Fatalf("%d atoms seeded in %d batches", km.Seeded(), km.Batches())
+	}
+	// Only atom 0 gets rows from now on.
+	hitZero := func() *KMeansContribution {
+		c := &KMeansContribution{Rows: 2, Hits: make([]float64, K), Sums: make([]float64, K*dim)}
+		c.Hits[0] = 2
+		for l := range dim {
+			c.Sums[l] = 2 * km.Atoms().At(0, l)
+		}
+		return c
+	}
+	if got := km.DeadWithin(1); got != 0 {
+		t.Errorf("DeadWithin(1) after batch 1 = %d, want 0", got)
+	}
+	if got := km.DeadWithin(2); got != K {
+		t.Errorf("DeadWithin(2) after batch 1 = %d, want %d", got, K)
+	}
+	km.Apply([]*KMeansContribution{hitZero()}) // batch 2: nothing dead yet
+	if km.Reseeds() != 0 || km.Batches() != 2 || km.Samples() != K+2 {
+		t.Fatalf("after batch 2: %d reseeds, %d batches, %d samples", km.Reseeds(), km.Batches(), km.Samples())
+	}
+	if got := km.DeadWithin(1); got != K-1 {
+		t.Fatalf("DeadWithin(1) after batch 2 = %d, want %d", got, K-1)
+	}
+
+	// Batch 3: atoms 1-5 are dead, and four candidates come in three
+	// contributions, one of them only candidates.
+	cand := make([][]float64, 4)
+	for i := range cand {
+		cand[i] = unitRow(rng, dim)
+	}
+	c1, c2 := hitZero(), hitZero()
+	c1.Keys, c1.Candidates = []float64{-0.1, -0.5}, slices.Concat(cand[0], cand[1])
+	c2.Keys, c2.Candidates = []float64{-0.5}, cand[2]
+	c3 := &KMeansContribution{Keys: []float64{-0.05}, Candidates: cand[3]}
+	last := mat.Row(nil, 5, km.Atoms())
+	km.Apply([]*KMeansContribution{c1, c2, c3})
+	// Largest key first; the tie at −0.5 goes to the first contribution.
+	want := map[int][]float64{1: cand[3], 2: cand[0], 3: cand[1], 4: cand[2]}
+	for j, row := range want {
+		if got := mat.Row(nil, j, km.Atoms()); !slices.Equal(got, row) {
+			t.Errorf("atom %d = %v, want candidate %v", j, got, row)
+		}
+	}
+	if got := mat.Row(nil, 5, km.Atoms()); !slices.Equal(got, last) {
+		t.Errorf("atom 5 = %v without a candidate left, want it unchanged %v", got, last)
+	}
+	idle, counts := km.Idle(nil), km.Counts(nil)
+	for j := range K {
+		wantIdle := int64(0)
+		if j == 5 {
+			wantIdle = 2
+		}
+		if idle[j] != wantIdle {
+			t.Errorf("atom %d idle %d, want %d", j, idle[j], wantIdle)
+		}
+		if j >= 1 && j <= 4 && counts[j] != 0 {
+			t.Errorf("re-seeded atom %d has count %v, want 0", j, counts[j])
+		}
+	}
+	if km.Reseeds() != 4 || km.Batches() != 3 || km.Samples() != K+6 {
+		t.Errorf("%d reseeds, %d batches, %d samples; want 4, 3, %d", km.Reseeds(), km.Batches(), km.Samples(), K+6)
+	}
+	if got := km.DeadWithin(1); got != 1 {
+		t.Errorf("DeadWithin(1) after batch 3 = %d, want 1", got)
+	}
+}
+
+// TestKMeansContributeCandidates checks that the candidates of Contribute
+// are the rows LearnAssign would re-seed with from the same draws.
+func TestKMeansContributeCandidates(t *testing.T) {
+	xs, blanks := kmeansStream(t, 6)
+	s := KMeansSettings{K: 32, Dim: 36, ReseedAfter: 1}
+	a, _ := newTestKMeans(s, 15)
+	for i := 0; a.Seeded() < s.K; i++ {
+		a.Learn(xs[i], blanks[i])
+	}
+	// Every atom without a row of the next batch is dead in it, so
+	// LearnAssign draws its keys; Contribute draws from a copy of a's
+	// source in the same state.
+	state := mustMarshal(t, a)
+	src := rand.NewPCG(0, 0)
+	srcA := rand.NewPCG(0, 0)
+	b := NewKMeans(s, srcA)
+	if err := b.UnmarshalBinary(state); err != nil {
+		t.Fatal(err)
+	}
+	x, blank := xs[len(xs)-1], blanks[len(xs)-1]
+	var c KMeansContribution
+	b.Contribute(&c, nil, nil, x, blank, src, s.K)
+	if len(c.Keys) == 0 || len(c.Candidates) != len(c.Keys)*s.Dim {
+		t.Fatalf("%d candidates of %d values", len(c.Keys), len(c.Candidates))
+	}
+	if !slices.IsSortedFunc(c.Keys, func(p, q float64) int { return -cmpFloat(p, q) }) {
+		t.Error("candidate keys not decreasing")
+	}
+	dead := b.DeadWithin(1)
+	b.LearnAssign(nil, nil, x, blank)
+	if b.Reseeds() == 0 {
+		t.Fatal("no atom re-seeded")
+	}
+	// The re-seeded atoms got the candidates in order.
+	used := 0
+	for j := range s.K {
+		if b.Idle(nil)[j] != 0 || b.Counts(nil)[j] != 0 {
+			continue
+		}
+		got := mat.Row(nil, j, b.Atoms())
+		if !slices.Equal(got, c.Candidates[used*s.Dim:(used+1)*s.Dim]) {
+			t.Errorf("re-seeded atom %d is not candidate %d", j, used)
+		}
+		used++
+	}
+	if used != int(b.Reseeds()) || used > dead {
+		t.Errorf("%d atoms re-seeded from candidates, %d reseeds, %d dead predicted", used, b.Reseeds(), dead)
+	}
+}
+
+func cmpFloat(p, q float64) int {
+	switch {
+	case p < q:
+		return -1
+	case p > q:
+		return 1
+	}
+	return 0
+}
