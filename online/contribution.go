@@ -31,12 +31,13 @@ const (
 )
 
 // Bounds on the shapes UnmarshalBinary accepts, so that a corrupt header
-// cannot make it allocate without limit: dimensions up to 2^16 and
-// K·Dim up to 2^25 floats (256 MiB), above any configuration the daemon
-// runs (K = 16384 atoms of 6×6 patches is 2^19.2).
+// cannot make it allocate without limit: dimensions up to 2^16, K up to
+// 2^20 and K·Dim up to 2^24 floats (128 MiB), above any configuration the
+// daemon runs (K = 16384 atoms of 6×6 patches is 2^19.2).
 const (
 	maxContributionDim    = 1 << 16
-	maxContributionFloats = 1 << 25
+	maxContributionK      = 1 << 20
+	maxContributionFloats = 1 << 24
 )
 
 // readHeader reads the version and kind bytes of an encoding of the kind
@@ -193,7 +194,8 @@ func (c *KMeansContribution) dims() (K, dim int, err error) {
 
 // MarshalBinary encodes c compactly, float64 values bit-exact: the shape,
 // then either the seeds or, for each atom with hits only, its index (as a
-// gap), its count and its sum, then the candidates with their keys. It
+// gap), its count and its sum, then the candidates with their keys; a
+// contribution without rows is encoded without hits or sums. It
 // returns an error wrapping ErrFormat if the lengths of c are
 // inconsistent, a count is not a non-negative integer, or the counts do
 // not add up to Rows.
@@ -201,6 +203,9 @@ func (c *KMeansContribution) MarshalBinary() ([]byte, error) {
 	K, dim, err := c.dims()
 	if err != nil {
 		return nil, err
+	}
+	if c.Rows == 0 {
+		K = 0 // nothing to merge
 	}
 	nnz, total := 0, 0.0
 	for _, h := range c.Hits {
@@ -228,7 +233,7 @@ func (c *KMeansContribution) MarshalBinary() ([]byte, error) {
 		e.U8(contributionHits)
 		e.Uvarint(uint64(nnz))
 		last := -1
-		for j, h := range c.Hits {
+		for j, h := range c.Hits[:K] {
 			if h > 0 {
 				e.Uvarint(uint64(j - last))
 				e.Uvarint(uint64(h))
@@ -267,7 +272,7 @@ func (c *KMeansContribution) UnmarshalBinary(data []byte) error {
 	if d.Bad() {
 		return fail("truncated")
 	}
-	if udim > maxContributionDim || uK > maxContributionFloats || uK*udim > maxContributionFloats || urows > math.MaxInt32 {
+	if udim > maxContributionDim || uK > maxContributionK || uK*udim > maxContributionFloats || urows > math.MaxInt32 {
 		return fail("shape out of range")
 	}
 	K, dim, rows := int(uK), int(udim), int(urows)
@@ -283,13 +288,13 @@ func (c *KMeansContribution) UnmarshalBinary(data []byte) error {
 		d.F64s(c.Seeds)
 	case contributionHits:
 		nnz := d.Uvarint()
-		if d.Bad() || nnz > uK || (nnz > 0 && !fits(nnz)) || (rows > 0) != (nnz > 0) {
+		if d.Bad() || nnz > uK || (nnz > 0 && !fits(nnz)) || (rows > 0) != (nnz > 0) || (rows == 0 && K > 0) {
 			return fail("inconsistent hits")
 		}
 		if K > 0 {
 			c.Hits, c.Sums = grow(c.Hits, K), grow(c.Sums, K*dim)
 			clear(c.Hits)
-			clear(c.Sums)
+			clear(c.Sums) // a no-op on a new slice, which the runtime zeroed
 		}
 		pos, total := -1, uint64(0)
 		for range nnz {
@@ -300,7 +305,10 @@ func (c *KMeansContribution) UnmarshalBinary(data []byte) error {
 			pos += int(gap)
 			total += h
 			c.Hits[pos] = float64(h)
-			d.F64s(c.Sums[pos*dim : (pos+1)*dim])
+			sum := c.Sums[pos*dim : (pos+1)*dim]
+			if d.F64s(sum); !finite(sum) {
+				return fail("non-finite sums")
+			}
 		}
 		if total != urows {
 			return fail("hits do not add up to the rows")
@@ -325,7 +333,7 @@ func (c *KMeansContribution) UnmarshalBinary(data []byte) error {
 			return fail("candidate keys not decreasing")
 		}
 	}
-	if !finite(c.Seeds) || !finite(c.Sums) || !finite(c.Candidates) {
+	if !finite(c.Seeds) || !finite(c.Candidates) {
 		return fail("non-finite values")
 	}
 	c.Rows = rows

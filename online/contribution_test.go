@@ -2,6 +2,7 @@ package online
 
 import (
 	"bytes"
+	"errors"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -9,6 +10,8 @@ import (
 
 	"gonum.org/v1/gonum/floats/scalar"
 	"gonum.org/v1/gonum/mat"
+
+	"github.com/smtd/smtd/internal/state"
 )
 
 // rawMNISTPatches returns the mean-removed 6×6 patches (contextual mean,
@@ -466,4 +469,180 @@ func cmpFloat(p, q float64) int {
 		return 1
 	}
 	return 0
+}
+
+// contributionSamples returns whitening and k-means contributions of every
+// kind computed from MNIST patches: with rows, without rows, seeds, hits
+// with candidates.
+func contributionSamples(t testing.TB) ([]*WhitenContribution, []*KMeansContribution) {
+	t.Helper()
+	raw := rawMNISTPatches(t, 2)
+	w := NewWhitener(36, WhitenSettings{})
+	wc := []*WhitenContribution{new(WhitenContribution), new(WhitenContribution), new(WhitenContribution)}
+	w.Contribute(wc[0], raw, nil)
+	if err := w.Apply(wc[:1]); err != nil {
+		t.Fatal(err)
+	}
+	w.Contribute(wc[1], raw.Slice(0, 100, 0, 36), nil)
+	w.Contribute(wc[2], raw.Slice(0, 3, 0, 36), []bool{true, true, true})
+
+	xs, blanks := kmeansStream(t, 4)
+	km, _ := newTestKMeans(KMeansSettings{K: 48, Dim: 36, ReseedAfter: 1}, 17)
+	kc := []*KMeansContribution{new(KMeansContribution), new(KMeansContribution), new(KMeansContribution), new(KMeansContribution)}
+	km.Contribute(kc[0], nil, nil, xs[0], blanks[0], nil, 0)
+	km.Apply(kc[:1])
+	for i := 1; km.Seeded() < 48; i++ {
+		km.Learn(xs[i], blanks[i])
+	}
+	km.Contribute(kc[1], nil, nil, xs[len(xs)-1], blanks[len(xs)-1], rand.NewPCG(1, 2), km.DeadWithin(2))
+	km.Contribute(kc[2], nil, nil, xs[1], blanks[1], nil, 0)
+	km.Contribute(kc[3], nil, nil, mat.NewDense(2, 36, nil), nil, nil, 5)
+	if len(kc[0].Seeds) == 0 || len(kc[1].Keys) == 0 || kc[3].Rows != 0 {
+		t.Fatalf("samples: %d seed values, %d candidates, %d blank rows", len(kc[0].Seeds), len(kc[1].Keys), kc[3].Rows)
+	}
+	return wc, kc
+}
+
+func upper(s []float64, n int) []float64 {
+	u := make([]float64, len(s))
+	for i := range n {
+		copy(u[i*n+i:(i+1)*n], s[i*n+i:(i+1)*n])
+	}
+	return u
+}
+
+func TestContributionEncodingRoundTrip(t *testing.T) {
+	wcs, kcs := contributionSamples(t)
+	for i, c := range wcs {
+		data := mustMarshal(t, c)
+		var got WhitenContribution
+		if err := got.UnmarshalBinary(data); err != nil {
+			t.Fatalf("whiten contribution %d: %v", i, err)
+		}
+		if got.Rows != c.Rows || got.Clipped != c.Clipped || got.Rejected != c.Rejected {
+			t.Errorf("whiten contribution %d: counts %+v, want %+v", i, got, c)
+		}
+		if c.Rows > 0 && (!slices.Equal(got.Mean, c.Mean) || !slices.Equal(got.Scatter, upper(c.Scatter, 36))) {
+			t.Errorf("whiten contribution %d: moments differ", i)
+		}
+		if c.Rows == 0 && len(data) > 8 {
+			t.Errorf("whiten contribution %d without rows takes %d bytes", i, len(data))
+		}
+		for _, bad := range [][]byte{data[:len(data)-1], append(slices.Clone(data), 0), {stateVersion, kindKMeansContribution}} {
+			if err := got.UnmarshalBinary(bad); !errors.Is(err, ErrFormat) {
+				t.Errorf("whiten contribution %d: UnmarshalBinary of %d bad bytes = %v, want ErrFormat", i, len(bad), err)
+			}
+			if got.Rows != 0 {
+				t.Errorf("whiten contribution %d: %d rows left after an error", i, got.Rows)
+			}
+		}
+	}
+	for i, c := range kcs {
+		data := mustMarshal(t, c)
+		var got KMeansContribution
+		if err := got.UnmarshalBinary(data); err != nil {
+			t.Fatalf("k-means contribution %d: %v", i, err)
+		}
+		if got.Rows != c.Rows || !slices.Equal(got.Hits, c.Hits) || !slices.Equal(got.Sums, c.Sums) ||
+			!slices.Equal(got.Seeds, c.Seeds) || !slices.Equal(got.Candidates, c.Candidates) || !slices.Equal(got.Keys, c.Keys) {
+			t.Errorf("k-means contribution %d: round trip differs", i)
+		}
+		if len(c.Hits) > 0 {
+			atoms := 0
+			for _, h := range c.Hits {
+				if h > 0 {
+					atoms++
+				}
+			}
+			if want := 64 + 8*(atoms*37+len(c.Keys)*37); len(data) > want {
+				t.Errorf("k-means contribution %d with %d atoms hit takes %d bytes, want at most %d", i, atoms, len(data), want)
+			}
+		}
+		for _, bad := range [][]byte{data[:len(data)-1], append(slices.Clone(data), 0), {stateVersion, kindWhitenContribution}} {
+			if err := got.UnmarshalBinary(bad); !errors.Is(err, ErrFormat) {
+				t.Errorf("k-means contribution %d: UnmarshalBinary of %d bad bytes = %v, want ErrFormat", i, len(bad), err)
+			}
+		}
+	}
+	if err := new(KMeansContribution).UnmarshalBinary([]byte{9, kindKMeansContribution}); !errors.Is(err, ErrVersion) {
+		t.Errorf("UnmarshalBinary of version 9 = %v, want ErrVersion", err)
+	}
+
+	// Inconsistent contributions do not encode.
+	for _, c := range []*KMeansContribution{
+		{Rows: 2, Hits: []float64{1, 0}, Sums: make([]float64, 6)},                         // hits do not add up
+		{Rows: 1, Hits: []float64{1, 0}, Sums: make([]float64, 5)},                         // sums not K×Dim
+		{Rows: 1, Hits: []float64{0.5, 0.5}, Sums: make([]float64, 6)},                     // fractional hits
+		{Rows: 2, Seeds: make([]float64, 5)},                                               // seeds not Rows×Dim
+		{Rows: 1, Seeds: make([]float64, 3), Keys: []float64{-1}},                          // a key without its row
+		{Rows: 1, Seeds: make([]float64, 3), Hits: []float64{1}, Sums: []float64{0, 0, 0}}, // both
+		{Rows: -1},
+	} {
+		if _, err := c.MarshalBinary(); !errors.Is(err, ErrFormat) {
+			t.Errorf("MarshalBinary(%+v) = %v, want ErrFormat", c, err)
+		}
+	}
+	for _, c := range []*WhitenContribution{
+		{Rows: 2, Mean: make([]float64, 3), Scatter: make([]float64, 8)},
+		{Rows: 2},
+		{Rows: -1},
+	} {
+		if _, err := c.MarshalBinary(); !errors.Is(err, ErrFormat) {
+			t.Errorf("MarshalBinary(%+v) = %v, want ErrFormat", c, err)
+		}
+	}
+}
+
+// FuzzContributionUnmarshal checks that UnmarshalBinary never panics, that
+// what it accepts is consistent (it encodes again to a contribution that
+// decodes to the same), and that what it refuses is refused with one of
+// the package's errors.
+func FuzzContributionUnmarshal(f *testing.F) {
+	wcs, kcs := contributionSamples(f)
+	for _, c := range wcs {
+		f.Add(mustMarshal(f, c))
+	}
+	for _, c := range kcs {
+		f.Add(mustMarshal(f, c))
+	}
+	f.Add([]byte{stateVersion, kindKMeansContribution, 0xff, 0xff, 0xff, 0xff, 0x0f, 0xff, 0xff, 0x03, 1, contributionHits, 1, 1, 1})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		// Shapes up to the bounds of UnmarshalBinary decode like small
+		// ones but take a second each: keep the fuzzer fast.
+		if h := state.NewDecoder(data); h.U8() == stateVersion && h.U8() == kindKMeansContribution {
+			if K, dim := h.Uvarint(), h.Uvarint(); K*dim > 1<<16 && K <= maxContributionK && dim <= maxContributionDim {
+				t.Skip()
+			}
+		}
+		var w WhitenContribution
+		if err := w.UnmarshalBinary(data); err != nil {
+			if !errors.Is(err, ErrFormat) && !errors.Is(err, ErrVersion) {
+				t.Fatalf("whiten: unexpected error %v", err)
+			}
+		} else {
+			again := mustMarshal(t, &w)
+			var w2 WhitenContribution
+			if err := w2.UnmarshalBinary(again); err != nil || !bytes.Equal(mustMarshal(t, &w2), again) {
+				t.Fatalf("whiten: accepted contribution does not round-trip: %v", err)
+			}
+		}
+		var k KMeansContribution
+		if err := k.UnmarshalBinary(data); err != nil {
+			if !errors.Is(err, ErrFormat) && !errors.Is(err, ErrVersion) {
+				t.Fatalf("k-means: unexpected error %v", err)
+			}
+			return
+		}
+		again := mustMarshal(t, &k)
+		var k2 KMeansContribution
+		if err := k2.UnmarshalBinary(again); err != nil || !bytes.Equal(mustMarshal(t, &k2), again) {
+			t.Fatalf("k-means: accepted contribution does not round-trip: %v", err)
+		}
+		if K, dim, err := k.dims(); err == nil && K > 0 && dim > 0 && K*dim <= 1<<16 {
+			km := NewKMeans(KMeansSettings{K: K, Dim: dim}, nil)
+			if err := km.CheckContribution(&k); err != nil {
+				t.Fatalf("k-means: accepted contribution does not fit its shape: %v", err)
+			}
+		}
+	})
 }
