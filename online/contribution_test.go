@@ -2,6 +2,7 @@ package online
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"math"
 	"math/rand/v2"
@@ -13,20 +14,6 @@ import (
 
 	"github.com/smtd/smtd/internal/state"
 )
-
-// rawMNISTPatches returns the mean-removed 6×6 patches (contextual mean,
-// d = 1) of the first n test images, not whitened: the rows a Whitener
-// observes.
-func rawMNISTPatches(t testing.TB, n int) *mat.Dense {
-	t.Helper()
-	g := PatchGrid{Width: 28, Height: 28, Size: 6}
-	pt := Patcher{Grid: g, Mean: MeanContextual, Context: 1}
-	all := mat.NewDense(n*g.Len(), g.Dim(), nil)
-	for i, img := range mnistImages(t, n) {
-		pt.Extract(all.Slice(i*g.Len(), (i+1)*g.Len(), 0, g.Dim()).(*mat.Dense), img)
-	}
-	return all
-}
 
 func mustMarshal(t testing.TB, m interface{ MarshalBinary() ([]byte, error) }) []byte {
 	t.Helper()
@@ -230,6 +217,16 @@ func kmeansStream(t testing.TB, n int) (xs []*mat.Dense, blanks [][]bool) {
 	return xs, blanks
 }
 
+// seededKMeans returns a KMeans with settings s that has learned the
+// first batches of xs until its dictionary was seeded.
+func seededKMeans(s KMeansSettings, seed uint64, xs []*mat.Dense, blanks [][]bool) *KMeans {
+	km, _ := newTestKMeans(s, seed)
+	for i := 0; km.Seeded() < s.K; i++ {
+		km.Learn(xs[i], blanks[i])
+	}
+	return km
+}
+
 func TestKMeansContributeApplyEqualsLearnAssign(t *testing.T) {
 	xs, blanks := kmeansStream(t, 12)
 	s := KMeansSettings{K: 64, Dim: 36, ReseedAfter: -1, Decay: 0.1, Memory: 50}
@@ -283,10 +280,7 @@ func TestKMeansContributeApplyEqualsLearnAssign(t *testing.T) {
 func TestKMeansApplyMergesLikeOneBatch(t *testing.T) {
 	xs, blanks := kmeansStream(t, 10)
 	s := KMeansSettings{K: 64, Dim: 36, Decay: 0.05}
-	a, _ := newTestKMeans(s, 11)
-	for i := 0; a.Seeded() < s.K; i++ {
-		a.Learn(xs[i], blanks[i])
-	}
+	a := seededKMeans(s, 11, xs, blanks)
 	b, _ := newTestKMeans(s, 11)
 	if err := b.UnmarshalBinary(mustMarshal(t, a)); err != nil {
 		t.Fatal(err)
@@ -416,10 +410,7 @@ func TestKMeansApplyReseedsFromCandidates(t *testing.T) {
 func TestKMeansContributeCandidates(t *testing.T) {
 	xs, blanks := kmeansStream(t, 6)
 	s := KMeansSettings{K: 32, Dim: 36, ReseedAfter: 1}
-	a, _ := newTestKMeans(s, 15)
-	for i := 0; a.Seeded() < s.K; i++ {
-		a.Learn(xs[i], blanks[i])
-	}
+	a := seededKMeans(s, 15, xs, blanks)
 	// Every atom without a row of the next batch is dead in it, so
 	// LearnAssign draws its keys; Contribute draws from a copy of a's
 	// source in the same state.
@@ -436,7 +427,7 @@ func TestKMeansContributeCandidates(t *testing.T) {
 	if len(c.Keys) == 0 || len(c.Candidates) != len(c.Keys)*s.Dim {
 		t.Fatalf("%d candidates of %d values", len(c.Keys), len(c.Candidates))
 	}
-	if !slices.IsSortedFunc(c.Keys, func(p, q float64) int { return -cmpFloat(p, q) }) {
+	if !slices.IsSortedFunc(c.Keys, func(p, q float64) int { return cmp.Compare(q, p) }) {
 		t.Error("candidate keys not decreasing")
 	}
 	dead := b.DeadWithin(1)
@@ -459,16 +450,6 @@ func TestKMeansContributeCandidates(t *testing.T) {
 	if used != int(b.Reseeds()) || used > dead {
 		t.Errorf("%d atoms re-seeded from candidates, %d reseeds, %d dead predicted", used, b.Reseeds(), dead)
 	}
-}
-
-func cmpFloat(p, q float64) int {
-	switch {
-	case p < q:
-		return -1
-	case p > q:
-		return 1
-	}
-	return 0
 }
 
 // contributionSamples returns whitening and k-means contributions of every

@@ -259,9 +259,9 @@ func mnistImages(t testing.TB, n int) [][]float64 {
 	return imgs
 }
 
-// mnistPatches returns the whitened, normalised 6×6 patches of the first
-// n test images (contextual mean, d = 1) and their blank flags.
-func mnistPatches(t testing.TB, n int) (*mat.Dense, []bool) {
+// rawMNISTPatches returns the mean-removed 6×6 patches (contextual mean,
+// d = 1) of the first n test images, not whitened.
+func rawMNISTPatches(t testing.TB, n int) *mat.Dense {
 	t.Helper()
 	g := PatchGrid{Width: 28, Height: 28, Size: 6}
 	pt := Patcher{Grid: g, Mean: MeanContextual, Context: 1}
@@ -269,7 +269,15 @@ func mnistPatches(t testing.TB, n int) (*mat.Dense, []bool) {
 	for i, img := range mnistImages(t, n) {
 		pt.Extract(all.Slice(i*g.Len(), (i+1)*g.Len(), 0, g.Dim()).(*mat.Dense), img)
 	}
-	w := NewWhitener(g.Dim(), WhitenSettings{Lambda: 0.01})
+	return all
+}
+
+// mnistPatches returns the whitened, normalised 6×6 patches of the first
+// n test images (contextual mean, d = 1) and their blank flags.
+func mnistPatches(t testing.TB, n int) (*mat.Dense, []bool) {
+	t.Helper()
+	all := rawMNISTPatches(t, n)
+	w := NewWhitener(all.RawMatrix().Cols, WhitenSettings{Lambda: 0.01})
 	if err := w.Observe(all, nil); err != nil {
 		t.Fatal(err)
 	}
