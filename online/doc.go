@@ -63,6 +63,21 @@
 // part, so that a daemon can roll back to a good snapshot. They cost
 // O(parameters), a small fraction of a minibatch step.
 //
+// # Data-parallel learning
+//
+// A learning step can be split between workers and one owner, the
+// parameter-server pattern: a worker holding a copy of a learner computes
+// a minibatch's contribution to the step, its share of the sufficient
+// statistics (Whitener.Contribute: the count, mean and scatter of its
+// bounded rows; KMeans.Contribute: the per-atom hits and sums of its rows
+// under f_vq, or its rows as seeds while the dictionary is not seeded,
+// and re-seeding candidates), which is where the cost is, and the owner
+// merges the contributions of several minibatches in order as one step
+// (Whitener.Apply, with the pairwise moments of Chan, Golub and LeVeque;
+// KMeans.Apply), which costs O(parameters). Applied alone to the version
+// it was computed under, a contribution takes exactly the step of Observe
+// or LearnAssign. Contributions encode compactly (MarshalBinary).
+//
 // # Performance
 //
 // The hot path of KMeans is scoring every row of a minibatch against every

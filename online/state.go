@@ -12,9 +12,10 @@ var (
 	// ErrVersion means the state was written in a format version this
 	// code does not read.
 	ErrVersion = errors.New("online: unsupported state version")
-	// ErrFormat means the state is truncated, has trailing bytes, is of
-	// another kind (a Whitener's state given to a KMeans), has another
-	// shape than the receiver, or holds invalid values.
+	// ErrFormat means the state (or contribution) is truncated, has
+	// trailing bytes, is of another kind (a Whitener's state given to a
+	// KMeans), has another shape than the receiver, or holds invalid
+	// values.
 	ErrFormat = errors.New("online: malformed state")
 )
 

@@ -459,6 +459,8 @@ func (w *Whitener) Moments() *Moments { return w.mom }
 // a dark frame) and then gains contrast. The bound depends only on the
 // state and the batch, so a resumed Whitener continues bit for bit.
 //
+// Observe is Contribute followed by Apply of that one contribution.
+//
 // It panics with mat.ErrShape if x does not have Dim columns or skip is
 // non-nil and not one flag per row.
 func (w *Whitener) Observe(x mat.Matrix, skip []bool) error {
