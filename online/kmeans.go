@@ -394,6 +394,10 @@ func (k *KMeans) Contribute(dst *KMeansContribution, assign []int, cos []float64
 //     contribution order, then position), each used once; atoms left
 //     without a candidate stay dead. Batches counts one and Samples adds m.
 //
+// Each of the two steps that has rows counts one minibatch: an Apply with
+// both Seeds and Hits contributions (possible only around the end of
+// seeding) counts two.
+//
 // A contribution applied alone to the version of the dictionary it was
 // computed under is LearnAssign of its batch, bit for bit, except for the
 // re-seeding draws (the candidates' u come from the contributor's source).
