@@ -31,9 +31,9 @@ type whitenBatch struct {
 }
 
 // whitenStream cuts rows into minibatches of n rows, flagging every 7th
-// row of every other batch as skipped, and makes the batches after the
-// first carry an outlier row (clipped by the bound) and a NaN row
-// (rejected), and one batch all skipped.
+// row of every other batch as skipped, and makes every batch carry an
+// outlier row (clipped by the bound, the median bound in the first batch)
+// and a NaN row (rejected), and one batch all skipped.
 func whitenStream(rows *mat.Dense, n int) []whitenBatch {
 	var out []whitenBatch
 	for i, b := range batches(rows, n) {
@@ -46,7 +46,7 @@ func whitenStream(rows *mat.Dense, n int) []whitenBatch {
 				skip[k] = true
 			}
 		}
-		if i > 0 && r > 3 {
+		if r > 3 {
 			for j := range c {
 				x.Set(1, j, 1e6*float64(j+1))
 			}
@@ -626,4 +626,47 @@ func FuzzContributionUnmarshal(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestContributionShapeErrors(t *testing.T) {
+	w := NewWhitener(3, WhitenSettings{})
+	bad := &WhitenContribution{Rows: 2, Mean: make([]float64, 2), Scatter: make([]float64, 4)}
+	if err := w.Apply([]*WhitenContribution{bad}); !errors.Is(err, ErrFormat) {
+		t.Errorf("Apply of a 2-dimensional contribution to a 3-dimensional whitener = %v, want ErrFormat", err)
+	}
+	if w.Batches() != 0 || w.Rows() != 0 {
+		t.Error("a refused Apply changed the whitener")
+	}
+	// Frozen, Apply ignores contributions, as Observe ignores batches.
+	fw := NewWhitener(3, WhitenSettings{FreezeAfter: 2})
+	var c WhitenContribution
+	x := mat.NewDense(2, 3, []float64{1, 2, 3, 3, 1, 2})
+	fw.Contribute(&c, x, nil)
+	if err := fw.Apply([]*WhitenContribution{&c}); err != nil || !fw.Frozen() {
+		t.Fatalf("Apply = %v, frozen %v", err, fw.Frozen())
+	}
+	before := mustMarshal(t, fw)
+	if err := fw.Apply([]*WhitenContribution{&c}); err != nil || !bytes.Equal(before, mustMarshal(t, fw)) {
+		t.Errorf("Apply to a frozen whitener = %v, or changed it", err)
+	}
+
+	km := NewKMeans(KMeansSettings{K: 4, Dim: 3}, nil)
+	for _, c := range []*KMeansContribution{
+		{Rows: 1, Hits: make([]float64, 4), Sums: make([]float64, 8)},
+		{Rows: 1, Hits: make([]float64, 3), Sums: make([]float64, 9)},
+		{Rows: 1, Seeds: make([]float64, 4)},
+		{Keys: []float64{-1}, Candidates: make([]float64, 2)},
+	} {
+		if err := km.CheckContribution(c); !errors.Is(err, ErrFormat) {
+			t.Errorf("CheckContribution(%+v) = %v, want ErrFormat", c, err)
+		}
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("Apply(%+v) did not panic", c)
+				}
+			}()
+			km.Apply([]*KMeansContribution{c})
+		}()
+	}
 }
