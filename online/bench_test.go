@@ -99,3 +99,48 @@ func BenchmarkWhiten(b *testing.B) {
 		w.Whiten(dst, bs[0])
 	}
 }
+
+// BenchmarkKMeansContribution measures the two halves of a data-parallel
+// step at K = 4096: a worker's Contribute of a 1024-row minibatch (the
+// scoring, with candidates), its encoding, and the owner's Apply of 4
+// such contributions.
+func BenchmarkKMeansContribution(b *testing.B) {
+	const n, k = 1024, 4096
+	bs := benchData(8, n)
+	km, _ := newTestKMeans(KMeansSettings{K: k, Dim: 36}, 1)
+	for _, x := range bs {
+		km.Learn(x, nil)
+	}
+	src := rand.NewPCG(7, 8)
+	cs := make([]*KMeansContribution, 4)
+	for i := range cs {
+		cs[i] = new(KMeansContribution)
+		km.Contribute(cs[i], nil, nil, bs[i], nil, src, 16)
+	}
+	b.Run("Contribute", func(b *testing.B) {
+		var c KMeansContribution
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			km.Contribute(&c, nil, nil, bs[i%len(bs)], nil, src, 16)
+			i++
+		}
+		b.ReportMetric(float64(i*n)/b.Elapsed().Seconds(), "rows/s")
+	})
+	b.Run("Marshal", func(b *testing.B) {
+		b.ReportAllocs()
+		var size int
+		for b.Loop() {
+			data, _ := cs[0].MarshalBinary()
+			size = len(data)
+		}
+		b.ReportMetric(float64(size), "bytes")
+	})
+	b.Run("Apply4", func(b *testing.B) {
+		owner := km.Clone()
+		b.ReportAllocs()
+		for b.Loop() {
+			owner.Apply(cs)
+		}
+	})
+}
