@@ -16,15 +16,21 @@ func benchData(nb, n int) []*mat.Dense {
 	return batches(x, n)
 }
 
+// benchKMeans returns a dictionary of k atoms that has learned from bs.
+func benchKMeans(bs []*mat.Dense, k int) *KMeans {
+	km, _ := newTestKMeans(KMeansSettings{K: k, Dim: 36}, 1)
+	for _, x := range bs {
+		km.Learn(x, nil)
+	}
+	return km
+}
+
 func BenchmarkKMeansLearn(b *testing.B) {
 	const n = 1024
 	bs := benchData(8, n)
 	for _, k := range []int{256, 1024, 4096} {
 		b.Run(fmt.Sprintf("K=%d", k), func(b *testing.B) {
-			km, _ := newTestKMeans(KMeansSettings{K: k, Dim: 36}, 1)
-			for _, x := range bs {
-				km.Learn(x, nil) // seed the dictionary
-			}
+			km := benchKMeans(bs, k)
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
@@ -43,10 +49,7 @@ func BenchmarkKMeansAssign(b *testing.B) {
 	cos := make([]float64, n)
 	for _, k := range []int{256, 1024, 4096} {
 		b.Run(fmt.Sprintf("K=%d", k), func(b *testing.B) {
-			km, _ := newTestKMeans(KMeansSettings{K: k, Dim: 36}, 1)
-			for _, x := range bs {
-				km.Learn(x, nil)
-			}
+			km := benchKMeans(bs, k)
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
@@ -61,10 +64,7 @@ func BenchmarkKMeansAssign(b *testing.B) {
 func BenchmarkKMeansCodesGQ(b *testing.B) {
 	const n, k = 1024, 4096
 	bs := benchData(8, n)
-	km, _ := newTestKMeans(KMeansSettings{K: k, Dim: 36}, 1)
-	for _, x := range bs {
-		km.Learn(x, nil)
-	}
+	km := benchKMeans(bs, k)
 	var codes SparseCodes
 	b.ReportAllocs()
 	i := 0
@@ -107,10 +107,7 @@ func BenchmarkWhiten(b *testing.B) {
 func BenchmarkKMeansContribution(b *testing.B) {
 	const n, k = 1024, 4096
 	bs := benchData(8, n)
-	km, _ := newTestKMeans(KMeansSettings{K: k, Dim: 36}, 1)
-	for _, x := range bs {
-		km.Learn(x, nil)
-	}
+	km := benchKMeans(bs, k)
 	src := rand.NewPCG(7, 8)
 	cs := make([]*KMeansContribution, 4)
 	for i := range cs {
