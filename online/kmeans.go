@@ -379,10 +379,12 @@ func (k *KMeans) Contribute(dst *KMeansContribution, assign []int, cos []float64
 
 // Apply takes one learning step from the contributions cs, in order:
 //
-//  1. The Seeds of all contributions that carry them, concatenated in
-//     order, are learned as one minibatch exactly as LearnAssign learns
-//     them: seeding with k's rand.Source while atoms are missing, then the
-//     update and re-seeding of the dictionary.
+//  1. The Seeds of each contribution that carries them are learned, in
+//     order, each as a minibatch exactly as LearnAssign learns it: seeding
+//     with k's rand.Source while atoms are missing, then the update and
+//     re-seeding of the dictionary. (One minibatch each, not their
+//     concatenation: greedy k-means++ costs O(K²) per row, and a single
+//     daemon seeds from its first minibatch alone.)
 //  2. The Hits and Sums of the other contributions are summed in order,
 //     h_j = Σ_c h_j^c and s_j = Σ_c s_j^c over m = Σ_c Rows_c rows, and
 //     applied as one update, the update of LearnAssign (see step):
@@ -394,9 +396,9 @@ func (k *KMeans) Contribute(dst *KMeansContribution, assign []int, cos []float64
 //     contribution order, then position), each used once; atoms left
 //     without a candidate stay dead. Batches counts one and Samples adds m.
 //
-// Each of the two steps that has rows counts one minibatch: an Apply with
-// both Seeds and Hits contributions (possible only around the end of
-// seeding) counts two.
+// Each Seeds contribution counts one minibatch, and so do the Hits
+// contributions together (Seeds and Hits meet only around the end of
+// seeding).
 //
 // A contribution applied alone to the version of the dictionary it was
 // computed under is LearnAssign of its batch, bit for bit, except for the
@@ -415,19 +417,16 @@ func (k *KMeans) Apply(cs []*KMeansContribution) {
 	}
 	K, dim := k.s.K, k.s.Dim
 	w := &k.work
-	ms := 0
 	for _, c := range cs {
-		ms += len(c.Seeds) / dim
-	}
-	if ms > 0 {
+		if len(c.Seeds) == 0 {
+			continue
+		}
 		if k.rng == nil {
 			panic("online: KMeans.Apply of seeds without a rand.Source")
 		}
+		ms := len(c.Seeds) / dim
 		w.x = grow(w.x, ms*dim)
-		off := 0
-		for _, c := range cs {
-			off += copy(w.x[off:], c.Seeds)
-		}
+		copy(w.x, c.Seeds)
 		k.learn(ms)
 	}
 	if k.seeded < K {
