@@ -294,6 +294,37 @@ type Pipeline struct {
 	KSM KSM `yaml:"ksm"`
 	// ADMM configures the dictionary learner of learner admm.
 	ADMM ADMM `yaml:"admm"`
+	// Workers shares the pipeline's learning among the daemons of a
+	// cluster (data-parallel workers).
+	Workers Workers `yaml:"workers"`
+}
+
+// Workers configures data-parallel learning: every daemon of a cluster
+// that carries the pipeline computes, for the minibatches the owner
+// hands it, their contributions to the learner's statistics (the costly
+// scoring of patches against atoms), and publishes their outputs; the
+// owner merges the contributions of Merge minibatches in sequence order
+// into one learning step and sends the new model to the workers.
+type Workers struct {
+	// Enabled turns worker mode on. It needs cluster mode, JetStream
+	// input, and an image pipeline learning smt with kmeans.code vq.
+	// Default false.
+	Enabled bool `yaml:"enabled"`
+	// Merge is the number of minibatches (batch.size messages each)
+	// merged into one learning step, which yields one model version.
+	// Default 4.
+	Merge int `yaml:"merge"`
+	// Staleness τ is how many versions old the model a contribution is
+	// computed with may be: the minibatches of the step that makes
+	// version v+1 are coded with version v−τ or newer (exactly v−τ in
+	// deterministic mode). τ = 0 codes with the newest model, at the
+	// price of workers waiting for every step. Default 1.
+	Staleness int `yaml:"staleness"`
+	// OnOwner makes the owner compute contributions as well. Default true.
+	OnOwner bool `yaml:"on_owner"`
+	// TaskTimeout is how long the owner waits for a minibatch's
+	// contribution before handing it to another worker. Default 30s.
+	TaskTimeout time.Duration `yaml:"task_timeout"`
 }
 
 // Learners of image and video pipelines.

@@ -52,6 +52,12 @@ func TestLoadFiles(t *testing.T) {
 			`cluster-embedded.bad.yaml:5: cluster.name: must be one subject token of letters, digits, '-' and '_', got "d.1"`,
 			"cluster-embedded.bad.yaml:4: cluster.enabled: needs nats.url",
 		}},
+		{file: "workers.bad.yaml", wantErr: []string{
+			"workers.bad.yaml:6: pipelines[0].workers.merge: must be in 1..256, got 0",
+			"workers.bad.yaml:5: pipelines[0].workers.enabled: needs cluster.enabled",
+			"workers.bad.yaml:10: pipelines[1].workers.enabled: needs cluster.enabled",
+			"workers.bad.yaml:10: pipelines[1].workers.enabled: supports image pipelines learning smt (modality image, learner smt), got modality text, learner smt",
+		}},
 		{file: "open-listen.good.yaml"},
 		{file: "nkey-users.good.yaml"},
 		{file: "open-listen.bad.yaml", wantErr: []string{`open-listen.bad.yaml:3: nats.listen: "0.0.0.0:4222" is beyond the loopback interface and nats.users is empty: anyone who reaches it could reload, checkpoint, delete streams and plant checkpoints; add nats.users, or set nats.allow_unauthenticated: true`}},

@@ -136,11 +136,33 @@ func (c *Config) validateCluster(v *validator) {
 			v.check(validToken(l), fmt.Sprintf("pipelines[%d].placement[%d]", i, j), "must be letters, digits, '-' and '_', got %q", l)
 		}
 	}
+	for i := range c.Pipelines {
+		c.validateWorkers(v, &c.Pipelines[i], fmt.Sprintf("pipelines[%d].workers", i))
+	}
 	if !cl.Enabled {
 		return
 	}
 	v.check(c.NATS.URL != "", "cluster.enabled", "needs nats.url: the daemons of a cluster share one NATS deployment, not each its embedded server")
 	v.check(c.Checkpoint.ObjectStore, "cluster.enabled", "needs checkpoint.object_store: a standby takes over from the checkpoints in JetStream")
+}
+
+// validateWorkers checks a pipeline's worker mode: the owner and its
+// workers find each other through cluster mode, workers read the input
+// by stream sequence, and the learners that split into contributions and
+// merges are the image chain's whitening, f_vq k-means and SMT.
+func (c *Config) validateWorkers(v *validator, p *Pipeline, path string) {
+	w := &p.Workers
+	f := func(name string) string { return path + "." + name }
+	v.check(w.Merge >= 1 && w.Merge <= 256, f("merge"), "must be in 1..256, got %d", w.Merge)
+	v.check(w.Staleness >= 0 && w.Staleness <= 64, f("staleness"), "must be in 0..64, got %d", w.Staleness)
+	v.check(w.TaskTimeout >= time.Second, f("task_timeout"), "must be >= 1s, got %s", w.TaskTimeout)
+	if !w.Enabled {
+		return
+	}
+	v.check(c.Cluster.Enabled, f("enabled"), "needs cluster.enabled: the owner and its workers are daemons of one cluster")
+	v.check(p.Input.Transport == JetStream, f("enabled"), "needs input.transport jetstream: workers read their minibatches from the stream by sequence")
+	v.check(p.Modality == Image && p.Learner == LearnerSMT, f("enabled"), "supports image pipelines learning smt (modality image, learner smt), got modality %s, learner %s", p.Modality, p.Learner)
+	v.check(p.KMeans.Code == CodeVQ, f("enabled"), "needs kmeans.code vq, got %q", p.KMeans.Code)
 }
 
 var token = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
