@@ -179,10 +179,7 @@ func clusterName() string {
 // name), then refused.
 func (d *Daemon) joinCluster(ctx context.Context) (*cluster, error) {
 	cc := d.fixed.Cluster
-	c := &cluster{d: d, ttl: cc.LeaseTTL, self: Member{Name: cc.Name, Labels: cc.Labels, Since: time.Now().UTC()}, seen: map[string]time.Time{}}
-	if c.self.Name == "" {
-		c.self.Name = clusterName()
-	}
+	c := &cluster{d: d, ttl: cc.LeaseTTL, self: Member{Name: d.member, Labels: cc.Labels, Since: time.Now().UTC()}, seen: map[string]time.Time{}}
 	c.self.Instance = strconv.FormatUint(uint64(time.Now().UnixNano()), 36)
 	var err error
 	bctx, cancel := context.WithTimeout(ctx, time.Minute)

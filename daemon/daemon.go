@@ -69,6 +69,9 @@ type Daemon struct {
 	// logged since JetStream last started.
 	writeErr atomic.Pointer[string]
 	identity []nats.Option // the daemon's credentials on the embedded server
+	// member is the daemon's name in cluster mode (cluster.name, or host
+	// and process ID); "" otherwise.
+	member string
 
 	pipelines []*pipeline
 	cancel    context.CancelFunc
@@ -109,6 +112,11 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 			return err
 		}
 		d.log.Info().Str("url", d.server.ClientURL()).Str("store", filepath.Join(d.cfg.DataDir, "nats")).Msg("embedded NATS server with JetStream started")
+	}
+	if cc := d.fixed.Cluster; cc.Enabled {
+		if d.member = cc.Name; d.member == "" {
+			d.member = clusterName()
+		}
 	}
 	if d.nc, err = d.connect("smtd"); err != nil {
 		return err
@@ -157,6 +165,11 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 		}()
 	}
 	for _, pl := range d.pipelines {
+		if pl.cfg.Workers.Enabled {
+			if err := d.startWorker(ctx, runCtx, pl); err != nil {
+				return err
+			}
+		}
 		d.wg.Add(1)
 		go func() {
 			defer d.wg.Done()

@@ -174,15 +174,7 @@ func mustTune(err error) {
 // into m.w and flags the blank ones; with observe it first updates the
 // whitening statistics.
 func (m *imageModel) prepare(batch []sample, observe bool) {
-	g := m.patcher.Grid
-	n := g.Len()
-	resize(&m.x, len(batch)*n, g.Dim())
-	for i, s := range batch {
-		if observe && i > 0 && i%yieldImages == 0 {
-			m.yield()
-		}
-		m.patcher.Extract(m.x.Slice(i*n, (i+1)*n, 0, g.Dim()).(*mat.Dense), s.pixels)
-	}
+	m.extract(batch, observe)
 	if observe {
 		m.yield()
 		// A failed refresh keeps the previous operator; it is retried at
@@ -190,8 +182,29 @@ func (m *imageModel) prepare(batch []sample, observe bool) {
 		_ = m.white.Observe(&m.x, nil)
 		m.yield()
 	}
-	resize(&m.w, len(batch)*n, g.Dim())
-	whitenSerial(m.white, &m.w, &m.x)
+	m.whiten(m.white)
+}
+
+// extract writes the centred patches of batch into m.x, yielding between
+// groups of images when the model learns.
+func (m *imageModel) extract(batch []sample, learning bool) {
+	g := m.patcher.Grid
+	n := g.Len()
+	resize(&m.x, len(batch)*n, g.Dim())
+	for i, s := range batch {
+		if learning && i > 0 && i%yieldImages == 0 {
+			m.yield()
+		}
+		m.patcher.Extract(m.x.Slice(i*n, (i+1)*n, 0, g.Dim()).(*mat.Dense), s.pixels)
+	}
+}
+
+// whiten whitens the patches m.x with w into m.w, normalises them and
+// flags the blank ones.
+func (m *imageModel) whiten(w *online.Whitener) {
+	r, c := m.x.Dims()
+	resize(&m.w, r, c)
+	whitenSerial(w, &m.w, &m.x)
 	m.blank = online.NormalizeRows(&m.w, m.minNorm, m.blank)
 	m.assign = slices.Grow(m.assign[:0], len(m.blank))[:len(m.blank)]
 }
@@ -254,23 +267,33 @@ func (m *imageModel) learn(batch []sample) ([]output, error) {
 	if m.frames != nil {
 		err = m.learnTemporal(batch)
 	} else {
-		err = m.learnSpatial(batch)
+		err = m.learnSpatial(len(batch))
 	}
 	m.yield()
-	if err == nil && m.solver == config.SolverClosed {
-		if m.sinceSolve++; m.sinceSolve >= m.solveEvery {
-			err = m.solve()
-			m.yield()
-		}
+	if err == nil {
+		err = m.solveOnSchedule()
 	}
 	return m.embedded(batch), err
 }
 
-// learnSpatial adds the codes of the batch's images, patches within
-// smt.context grid positions being neighbours, to the statistics, and
-// takes an SGD step on them.
-func (m *imageModel) learnSpatial(batch []sample) error {
-	g, images := m.patcher.Grid, len(batch)
+// solveOnSchedule re-solves a closed-form P every smt.solve_every batches.
+func (m *imageModel) solveOnSchedule() error {
+	if m.solver != config.SolverClosed {
+		return nil
+	}
+	if m.sinceSolve++; m.sinceSolve < m.solveEvery {
+		return nil
+	}
+	err := m.solve()
+	m.yield()
+	return err
+}
+
+// learnSpatial adds the codes m.assign of a batch of images, patches
+// within smt.context grid positions being neighbours, to the statistics,
+// and takes an SGD step on them.
+func (m *imageModel) learnSpatial(images int) error {
+	g := m.patcher.Grid
 	if m.code == config.CodeVQ {
 		m.stats.AddImagesVQ(m.assign, images, g)
 	} else {

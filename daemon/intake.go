@@ -23,12 +23,12 @@ type inMsg struct {
 // intake cuts a pipeline's input into minibatches.
 type intake interface {
 	// next returns up to max messages: as soon as max have arrived, or
-	// what arrived within wait. With wait 0 (deterministic mode) it
-	// returns exactly max messages or none: it waits at most a second and
-	// keeps a partial batch for the next call, so that the caller serves
-	// its requests while the stream is idle, and batch boundaries never
-	// depend on timing.
-	next(ctx context.Context, max int, wait time.Duration) ([]inMsg, error)
+	// what arrived within wait. With whole (deterministic mode) it
+	// returns exactly max messages or none: it waits at most wait (a
+	// second if wait is 0) and keeps a partial batch for the next call,
+	// so that the caller serves its requests while the stream is idle,
+	// and batch boundaries never depend on timing.
+	next(ctx context.Context, max int, wait time.Duration, whole bool) ([]inMsg, error)
 	// backlog is how many messages wait: read but not yet returned, and
 	// those the stream holds after the newest one read.
 	backlog() uint64
@@ -98,6 +98,7 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, cfg *config.Confi
 	case errors.Is(err, jetstream.ErrStreamNotFound):
 		sc := boundedStream(p.StreamName(), "smtd input of pipeline "+p.Name, p.Input.Subject, cfg.NATS)
 		sc.Duplicates = min(inputDuplicateWindow, sc.MaxAge)
+		sc.AllowDirect = true // workers fetch minibatches by sequence
 		s, err = js.CreateStream(ctx, sc)
 		if err != nil {
 			return streamState{}, fmt.Errorf("smtd: creating stream %s for %s: %w", p.StreamName(), p.Input.Subject, err)
@@ -146,8 +147,11 @@ func newJSIntake(ctx context.Context, js jetstream.JetStream, stream, name strin
 		FilterSubject: p.Input.Subject,
 		AckPolicy:     jetstream.AckAllPolicy,
 		AckWait:       5 * time.Minute,
-		MaxAckPending: 4 * p.Batch.Size,
+		MaxAckPending: max(4, (p.Workers.Staleness+1)*p.Workers.Merge+1) * p.Batch.Size,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
+		// In worker mode the owner learns the sequences; the workers
+		// fetch the payloads (see runWorkers).
+		HeadersOnly: p.Workers.Enabled,
 	}
 	if after > 0 {
 		cc.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
@@ -160,9 +164,8 @@ func newJSIntake(ctx context.Context, js jetstream.JetStream, stream, name strin
 	return &jsIntake{cons: cons}, nil
 }
 
-func (in *jsIntake) next(ctx context.Context, max int, wait time.Duration) ([]inMsg, error) {
-	whole := wait == 0
-	if whole {
+func (in *jsIntake) next(ctx context.Context, max int, wait time.Duration, whole bool) ([]inMsg, error) {
+	if wait == 0 {
 		wait = wholeWait
 	}
 	if len(in.msgs) < max {
@@ -225,9 +228,8 @@ func newCoreIntake(nc *nats.Conn, p *config.Pipeline, lastSeq uint64) (*coreInta
 	return in, nil
 }
 
-func (in *coreIntake) next(ctx context.Context, max int, wait time.Duration) ([]inMsg, error) {
-	whole := wait == 0
-	if whole {
+func (in *coreIntake) next(ctx context.Context, max int, wait time.Duration, whole bool) ([]inMsg, error) {
+	if wait == 0 {
 		wait = wholeWait
 	}
 	t := time.NewTimer(wait)

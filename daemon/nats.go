@@ -82,7 +82,14 @@ func (l natsLogger) Tracef(format string, v ...any) { l.log.Trace().Msgf(format,
 // daemon's connection is set here: in-process with its own identity to the
 // embedded server, or with nats.auth and nats.tls (ClientOptions) to an
 // external one.
+//
+// In cluster mode the connection's name ends in @<daemon>, so that the
+// server's connection list (nats server report connections, /connz) tells
+// the daemons apart.
 func (d *Daemon) connect(name string) (*nats.Conn, error) {
+	if d.member != "" {
+		name += "@" + d.member
+	}
 	log := d.log.With().Str("component", "nats").Str("connection", name).Logger()
 	opts := []nats.Option{
 		nats.Name(name),

@@ -158,11 +158,14 @@ type pipeline struct {
 	// served is the checkpoint object a standby serves queries from.
 	served string
 
-	model   model
-	src     *rand.PCG // the model's only source of randomness
-	version uint64
-	samples int64
-	lastSeq uint64
+	model model
+	src   *rand.PCG // the model's only source of randomness
+	// workVersions are, in worker mode, the encoded worker sections of
+	// the model versions steps in flight may be coded with.
+	workVersions map[uint64][]byte
+	version      uint64
+	samples      int64
+	lastSeq      uint64
 
 	sinceCkpt    int64
 	lastCkptTime time.Time
@@ -214,6 +217,7 @@ func (pl *pipeline) reset() {
 	pl.model = newModel(&pl.cfg, pl.src)
 	pl.model.tune(&pl.cfg)
 	pl.version, pl.samples, pl.lastSeq = 0, 0, 0
+	pl.workVersions = nil
 	pl.sinceCkpt, pl.lastCkptSeq = 0, 0
 	pl.refused, pl.diverged, pl.missing, pl.gapAfter = 0, 0, "", 0
 	pl.goneSince = time.Time{}
@@ -252,8 +256,14 @@ func (pl *pipeline) restore(c *Checkpoint) error {
 		return fmt.Errorf("%w: its model is degenerate: %v", ErrCheckpoint, err)
 	}
 	m.tune(&pl.cfg)
+	var work map[uint64][]byte
+	if b, err := findSection(c.Sections, workVersionsSection); err == nil {
+		if work, err = decodeWorkVersions(b); err != nil {
+			return fmt.Errorf("%w: %v", ErrCheckpoint, err)
+		}
+	}
 	*pl.src = src
-	pl.model = m
+	pl.model, pl.workVersions = m, work
 	pl.version, pl.samples, pl.lastSeq = c.ModelVersion, c.Samples, c.LastSeq
 	pl.lastCkptSeq = c.LastSeq
 	pl.stats.restore(c.Counters)
@@ -320,6 +330,10 @@ func (pl *pipeline) publishSnapshot() {
 // outputs, acknowledges and checkpoints, until ctx is done; then it writes
 // a last checkpoint.
 func (pl *pipeline) run(ctx context.Context) {
+	if pl.cfg.Workers.Enabled {
+		pl.runWorkers(ctx)
+		return
+	}
 	defer pl.in.stop()
 	pl.lastCkptTime = time.Now()
 	for {
@@ -337,7 +351,7 @@ func (pl *pipeline) run(ctx context.Context) {
 		if pl.cfg.Deterministic {
 			wait = 0
 		}
-		msgs, err := pl.in.next(ctx, pl.cfg.Batch.Size, wait)
+		msgs, err := pl.in.next(ctx, pl.cfg.Batch.Size, wait, wait == 0)
 		if ctx.Err() != nil {
 			// Deterministic mode applies whole batches only: the partial
 			// batch is left unacknowledged and read again after a
@@ -461,6 +475,18 @@ func (pl *pipeline) deliveryGap(ctx context.Context, msgs []inMsg) bool {
 func (pl *pipeline) learn(ctx context.Context, batch []sample, seq uint64) {
 	pl.giveWayToQueries()
 	outs, err := pl.model.learn(batch)
+	if pl.settle(err, len(batch), seq) {
+		pl.publishOutputs(ctx, outs)
+		pl.publishVocabulary()
+	}
+}
+
+// settle accounts for a learning step from n samples, the last of input
+// sequence seq, that returned err: it reports a stage that skipped them,
+// rolls a diverged model back, counts the samples and the model version,
+// and publishes the snapshot. It reports whether the step's outputs may
+// be published (not after a rollback).
+func (pl *pipeline) settle(err error, n int, seq uint64) bool {
 	refused := errors.Is(err, errRefused)
 	if err != nil {
 		pl.log.Warn().Err(err).Uint64("version", pl.version).Bool("model_unchanged", refused).Msg("a learning stage skipped this batch")
@@ -476,21 +502,20 @@ func (pl *pipeline) learn(ctx context.Context, batch []sample, seq uint64) {
 	}
 	if err := pl.model.check(); err != nil {
 		pl.rollback(seq, err)
-		pl.stats.notLearned.Add(int64(len(batch)))
-		return
+		pl.stats.notLearned.Add(int64(n))
+		return false
 	}
 	pl.diverged = 0
 	if refused {
-		pl.stats.notLearned.Add(int64(len(batch)))
+		pl.stats.notLearned.Add(int64(n))
 	} else {
 		pl.version++
-		pl.samples += int64(len(batch))
-		pl.sinceCkpt += int64(len(batch))
-		pl.stats.learned.Add(int64(len(batch)))
+		pl.samples += int64(n)
+		pl.sinceCkpt += int64(n)
+		pl.stats.learned.Add(int64(n))
 	}
 	pl.publishSnapshot()
-	pl.publishOutputs(ctx, outs)
-	pl.publishVocabulary()
+	return true
 }
 
 // rollback returns a diverged model to its last good state, the snapshot
@@ -528,8 +553,8 @@ func (pl *pipeline) updateHealth() {
 	}
 }
 
-func (pl *pipeline) rejectMsg(seq uint64, err error) {
-	reason := "invalid"
+func (pl *pipeline) rejectMsg(seq uint64, err error) (reason string) {
+	reason = "invalid"
 	var ie *InputError
 	if errors.As(err, &ie) {
 		reason = ie.Reason
@@ -539,6 +564,7 @@ func (pl *pipeline) rejectMsg(seq uint64, err error) {
 	pl.d.publishEvent("events.errors", errorEvent{
 		Pipeline: pl.cfg.Name, Subject: pl.cfg.Input.Subject, Seq: seq, Reason: reason, Error: err.Error(),
 	})
+	return reason
 }
 
 // publishOutputs publishes the outputs of a batch. With output transport
@@ -696,6 +722,9 @@ func (pl *pipeline) checkpoint(ctx context.Context) (*checkpointInfo, error) {
 	secs, err := pl.model.sections()
 	if err != nil {
 		return nil, err
+	}
+	if pl.cfg.Workers.Enabled {
+		secs = append(secs, Section{Name: workVersionsSection, Data: encodeWorkVersions(pl.workVersions)})
 	}
 	rng, _ := pl.src.MarshalBinary() // cannot fail
 	cfgYAML, err := yaml.Marshal(pl.cfg)

@@ -81,8 +81,9 @@ func secureEmbedded(cfg *config.Config, opts *server.Options) ([]nats.Option, er
 // Only the daemon may create, change or delete streams and consumers, or
 // read and write the object store and key-value buckets of checkpoints.
 // Input subjects may be wildcards, even ">": the producer's deny list
-// keeps such a pattern from reaching the daemon's, JetStream's, the
-// checkpoint buckets' and the output subjects.
+// keeps such a pattern from reaching the daemon's (worker mode's
+// P.work.> among them), JetStream's, the checkpoint buckets' and the
+// output subjects.
 func rolePermissions(cfg *config.Config, role string) *server.Permissions {
 	prefix := cfg.Service.Prefix
 	var inputs, outputs []string
@@ -95,7 +96,7 @@ func rolePermissions(cfg *config.Config, role string) *server.Permissions {
 	switch role {
 	case config.RoleProducer:
 		deny := []string{"$JS.>", "$KV.>", "$O.>", "$SRV.>", "$SYS.>", "_INBOX.>", daemonInbox + ".>", prefix + ".control.>",
-			prefix + ".status", prefix + ".events.>", prefix + ".embed.>", prefix + ".neighbours.>"}
+			prefix + ".status", prefix + ".events.>", prefix + ".embed.>", prefix + ".neighbours.>", prefix + ".work.>"}
 		return &server.Permissions{
 			Publish:   &server.SubjectPermission{Allow: inputs, Deny: append(deny, outputs...)},
 			Subscribe: &server.SubjectPermission{Allow: []string{nats.InboxPrefix + ">"}},

@@ -1,0 +1,968 @@
+package daemon
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Worker mode (config.Workers): one pipeline learned by every daemon of a
+// cluster that carries it, the parameter-server pattern on NATS.
+//
+// The owner (the lease holder of cluster mode) reads the input stream
+// through its consumer with headers only: it learns the sequences of the
+// messages, not their payloads, and cuts them into minibatches of
+// batch.size messages as a single daemon does. Each minibatch is a task;
+// merge consecutive tasks make a step, which yields one model version.
+// The tasks of the step that makes version v+1 are coded with version
+// v−τ or newer (τ = workers.staleness; exactly v−τ in deterministic
+// mode), so that at most τ+1 steps are in flight.
+//
+// Workers (every daemon carrying the pipeline; the owner too unless
+// workers.on_owner is false) ask the owner for a task on
+// <prefix>.work.<pipeline>.task, fetch its messages from the stream by
+// sequence (direct get), decode and validate them, code them with the
+// model version the task names, publish their outputs (with the same
+// Nats-Msg-Id a single daemon would use), and send the contribution to
+// <prefix>.work.<pipeline>.done. The owner applies a step once all its
+// tasks are in, in sequence order, then acknowledges the step's last
+// message, and publishes the new version on <prefix>.work.<pipeline>.model,
+// where workers collect it; a worker that misses one asks for it on
+// <prefix>.work.<pipeline>.model.get. Messages larger than the server's
+// max_payload (models, contributions) travel in numbered chunks.
+//
+// Failures. A task whose contribution has not come back within
+// workers.task_timeout goes to the next worker that asks: nothing is
+// lost, and a step applies each task once, whichever worker's
+// contribution arrives first (the others are dropped). Contributions and
+// tasks carry the owner's epoch: after a takeover the new owner restores
+// the newest checkpoint, reads again after its last sequence, and drops
+// what its predecessor's workers send; the workers move to the new owner
+// at their next request. The re-seeding candidates of a task are drawn
+// from a source seeded by the pipeline's seed and the task's first
+// sequence, so that a task coded twice contributes the same.
+const (
+	workTaskWait = 2 * time.Second // how long a worker's request for a task waits
+	workParkFor  = time.Second     // how long the owner holds a request while it has no task
+	workPoll     = 5 * time.Millisecond
+)
+
+// workSubject is <prefix>.work.<pipeline>.<what>.
+func (d *Daemon) workSubject(pipeline, what string) string {
+	return d.cfg.Subject("work." + pipeline + "." + what)
+}
+
+// workTask is a minibatch handed to a worker.
+type workTask struct {
+	ID      uint64   `json:"id"` // the first sequence of the minibatch
+	Epoch   uint64   `json:"epoch"`
+	Version uint64   `json:"version"` // code with this model version or newer
+	Exact   bool     `json:"exact"`   // exactly Version (deterministic mode)
+	Ahead   int      `json:"ahead"`   // versions between Version and the step's
+	Seqs    []uint64 `json:"seqs"`
+
+	step   *workStep
+	worker string
+	sent   time.Time // zero while not handed out
+	result []byte
+	meta   workMeta
+}
+
+// workMeta accompanies a contribution (JSON in the Smtd-Work header).
+type workMeta struct {
+	Task      uint64           `json:"task"`
+	Epoch     uint64           `json:"epoch"`
+	Daemon    string           `json:"daemon"`
+	Version   uint64           `json:"version"` // the model version it was coded with
+	Received  int64            `json:"received"`
+	Images    int              `json:"images"` // valid messages coded
+	Published int64            `json:"published"`
+	Rejected  map[string]int64 `json:"rejected,omitempty"`
+	Missing   int64            `json:"missing,omitempty"` // sequences no longer in the stream
+}
+
+const headerWork = "Smtd-Work"
+
+// workStep is up to merge consecutive minibatches applied as one step.
+type workStep struct {
+	tasks []*workTask
+	// last is the step's last message: acknowledging it acknowledges the
+	// step (the consumer acknowledges all before it).
+	last inMsg
+	// closed: the step takes no more minibatches, as it is full or
+	// (outside deterministic mode) the input paused before it filled.
+	closed bool
+}
+
+// workOwner is the owner's side of worker mode, run by the pipeline's
+// goroutine.
+type workOwner struct {
+	pl       *pipeline
+	epoch    uint64
+	start    uint64 // the model version the owner started from
+	steps    []*workStep
+	byID     map[uint64]*workTask
+	parked   []parkedRequest
+	requests chan *nats.Msg
+	results  chan *nats.Msg
+	gets     chan *nats.Msg
+	subs     []*nats.Subscription
+}
+
+type parkedRequest struct {
+	msg *nats.Msg
+	at  time.Time
+}
+
+// runWorkers is run for a pipeline in worker mode: it hands minibatches to
+// workers and applies their contributions until ctx is done.
+func (pl *pipeline) runWorkers(ctx context.Context) {
+	defer pl.in.stop()
+	o := &workOwner{
+		pl: pl, start: pl.version, byID: map[uint64]*workTask{},
+		requests: make(chan *nats.Msg, 256), gets: make(chan *nats.Msg, 64), results: make(chan *nats.Msg, 256),
+	}
+	if pl.term != nil {
+		o.epoch = pl.term.epoch
+	}
+	if err := o.subscribe(ctx); err != nil {
+		pl.log.Error().Err(err).Msg("worker mode: subscribing; the pipeline does not learn")
+		<-ctx.Done()
+		return
+	}
+	defer o.unsubscribe()
+	o.publishModel()
+	pl.lastCkptTime = time.Now()
+	pl.log.Info().Int("merge", pl.cfg.Workers.Merge).Int("staleness", pl.cfg.Workers.Staleness).Uint64("version", pl.version).Msg("worker mode: handing minibatches to workers")
+	idle := time.NewTimer(workPoll)
+	defer idle.Stop()
+	for ctx.Err() == nil {
+		select {
+		case r := <-pl.tune:
+			pl.applyTune(r)
+		case r := <-pl.ckptReq:
+			info, err := pl.checkpoint(context.WithoutCancel(ctx))
+			r.done <- checkpointResult{info, err}
+		default:
+		}
+		o.drain()
+		o.applyReady(ctx)
+		o.handOut()
+		if o.canRead() {
+			o.read(ctx)
+		} else {
+			idle.Reset(workPoll)
+			select {
+			case <-ctx.Done():
+			case m := <-o.requests:
+				o.park(m)
+			case m := <-o.results:
+				o.accept(m)
+			case m := <-o.gets:
+				o.serveModel(m)
+			case <-idle.C:
+			}
+		}
+		pl.updateHealth()
+		if pl.sinceCkpt >= pl.ckpt.EverySamples || (pl.sinceCkpt > 0 && time.Since(pl.lastCkptTime) >= pl.ckpt.Every) {
+			if _, err := pl.checkpoint(ctx); err != nil {
+				pl.log.Error().Err(err).Msg("checkpoint failed")
+			}
+		}
+	}
+	if errors.Is(context.Cause(ctx), errLeaseLost) {
+		return
+	}
+	if pl.lastSeq != pl.lastCkptSeq || pl.sinceCkpt > 0 {
+		if _, err := pl.checkpoint(context.WithoutCancel(ctx)); err != nil {
+			pl.log.Error().Err(err).Msg("final checkpoint failed")
+		}
+	}
+}
+
+func (o *workOwner) subscribe(ctx context.Context) error {
+	d, name := o.pl.d, o.pl.name
+	forward := func(ch chan *nats.Msg) nats.MsgHandler {
+		return func(m *nats.Msg) {
+			select {
+			case ch <- m:
+			default: // the worker asks again
+			}
+		}
+	}
+	var asm assembly
+	for _, s := range []struct {
+		what string
+		h    nats.MsgHandler
+	}{
+		{"task", forward(o.requests)},
+		{"model.get", forward(o.gets)},
+		{"done", func(m *nats.Msg) {
+			if whole := asm.add(m); whole != nil {
+				select { // blocks the subscription, not the owner
+				case o.results <- whole:
+				case <-ctx.Done():
+				}
+			}
+		}},
+	} {
+		sub, err := d.nc.Subscribe(d.workSubject(name, s.what), s.h)
+		if err != nil {
+			o.unsubscribe()
+			return err
+		}
+		o.subs = append(o.subs, sub)
+	}
+	return d.nc.Flush()
+}
+
+func (o *workOwner) unsubscribe() {
+	for _, s := range o.subs {
+		s.Unsubscribe()
+	}
+	o.subs = nil
+}
+
+// drain takes every waiting request and result without blocking.
+func (o *workOwner) drain() {
+	for {
+		select {
+		case m := <-o.requests:
+			o.park(m)
+		case m := <-o.results:
+			o.accept(m)
+		case m := <-o.gets:
+			o.serveModel(m)
+		default:
+			return
+		}
+	}
+}
+
+func (o *workOwner) park(m *nats.Msg) { o.parked = append(o.parked, parkedRequest{m, time.Now()}) }
+
+// canRead reports whether another minibatch may be read: the open step is
+// not full, or fewer than τ+1 steps are in flight.
+func (o *workOwner) canRead() bool {
+	if n := len(o.steps); n > 0 && !o.steps[n-1].closed {
+		return true
+	}
+	return len(o.steps) < o.pl.cfg.Workers.Staleness+1
+}
+
+// read takes the next minibatch from the stream, if one is there, as a
+// task of the open step (a new one if there is none).
+func (o *workOwner) read(ctx context.Context) {
+	pl := o.pl
+	wait := workPoll
+	if len(o.parked) == 0 && len(o.steps) == 0 {
+		wait = pl.cfg.Batch.Timeout
+	}
+	det := pl.cfg.Deterministic
+	msgs, err := pl.in.next(ctx, pl.cfg.Batch.Size, wait, det)
+	if err != nil && len(msgs) == 0 {
+		if ctx.Err() == nil {
+			pl.inputTrouble(ctx, err)
+		}
+		return
+	}
+	pl.inputFine()
+	pl.stats.backlog.Store(pl.in.backlog())
+	n := len(o.steps)
+	if len(msgs) == 0 {
+		// The input paused: close a partial step so that it is applied.
+		if n > 0 && !det && len(o.steps[n-1].tasks) > 0 {
+			o.steps[n-1].closed = true
+		}
+		return
+	}
+	if n == 0 || o.steps[n-1].closed {
+		o.steps = append(o.steps, &workStep{})
+		n++
+	}
+	s := o.steps[n-1]
+	t := &workTask{ID: msgs[0].seq, Epoch: o.epoch, Exact: pl.cfg.Deterministic, step: s}
+	for _, m := range msgs {
+		if m.seq <= pl.lastSeq && pl.stream.name != "" {
+			pl.stats.redelivered.Add(1)
+			continue
+		}
+		t.Seqs = append(t.Seqs, m.seq)
+	}
+	s.last = msgs[len(msgs)-1]
+	if len(t.Seqs) > 0 {
+		s.tasks = append(s.tasks, t)
+		o.byID[t.ID] = t
+	}
+	if len(s.tasks) >= pl.cfg.Workers.Merge || (len(msgs) < pl.cfg.Batch.Size && !det) {
+		s.closed = true
+	}
+}
+
+// versionFor is the model version the tasks of the i-th step in flight are
+// coded with: v−τ for the step that makes version v+1 (0 for the first
+// τ steps). A new owner has those before its own first version from the
+// checkpoint it restored (pipeline.workVersions); when the checkpoint
+// did not keep them, it codes with its first version instead.
+func (o *workOwner) versionFor(i int) uint64 {
+	v := o.pl.version + uint64(i)
+	tau := uint64(o.pl.cfg.Workers.Staleness)
+	want := uint64(0)
+	if v > tau {
+		want = v - tau
+	}
+	if _, ok := o.pl.workVersions[want]; !ok && want < o.start {
+		return o.start
+	}
+	return want
+}
+
+// handOut answers the parked requests with the tasks that are due: not
+// handed out, or handed out longer than workers.task_timeout ago, and
+// whose model version exists. Requests parked too long get no task.
+func (o *workOwner) handOut() {
+	pl := o.pl
+	now := time.Now()
+	for i, s := range o.steps {
+		v := o.versionFor(i)
+		if v > pl.version {
+			break
+		}
+		for _, t := range s.tasks {
+			if len(o.parked) == 0 {
+				break
+			}
+			if t.result != nil || (!t.sent.IsZero() && now.Sub(t.sent) < pl.cfg.Workers.TaskTimeout) {
+				continue
+			}
+			r := o.parked[0]
+			o.parked = o.parked[1:]
+			if now.Sub(r.at) > workTaskWait {
+				continue // its worker has given up waiting
+			}
+			if !t.sent.IsZero() {
+				pl.log.Warn().Uint64("task", t.ID).Str("worker", t.worker).Msg("worker mode: no contribution in time; handing the minibatch to another worker")
+			}
+			t.Version = v
+			t.Ahead = int(pl.version+uint64(i)-v) + 1
+			b, _ := json.Marshal(t)
+			if err := r.msg.Respond(b); err != nil {
+				continue
+			}
+			t.sent, t.worker = now, r.msg.Header.Get(HeaderDaemon)
+		}
+	}
+	for len(o.parked) > 0 && now.Sub(o.parked[0].at) > workParkFor {
+		o.parked[0].msg.Respond(nil) // no task now: ask again
+		o.parked = o.parked[1:]
+	}
+}
+
+// accept records a contribution for its task, unless the task is not this
+// owner's, already has one, or was coded with a version it must not be.
+func (o *workOwner) accept(m *nats.Msg) {
+	var meta workMeta
+	reply := func(err error) {
+		if m.Reply != "" {
+			if err != nil {
+				m.Respond([]byte(err.Error()))
+			} else {
+				m.Respond([]byte("ok"))
+			}
+		}
+	}
+	if err := json.Unmarshal([]byte(m.Header.Get(headerWork)), &meta); err != nil {
+		reply(fmt.Errorf("bad %s header: %w", headerWork, err))
+		return
+	}
+	t := o.byID[meta.Task]
+	switch {
+	case meta.Epoch != o.epoch || t == nil:
+		reply(errors.New("not a task of this owner"))
+		return
+	case t.result != nil:
+		reply(nil) // another worker was first
+		return
+	case meta.Version < t.Version || (t.Exact && meta.Version != t.Version):
+		reply(fmt.Errorf("coded with version %d, the task needs %d", meta.Version, t.Version))
+		t.sent = time.Time{}
+		return
+	}
+	t.result, t.meta = m.Data, meta
+	reply(nil)
+}
+
+// applyReady applies, in order, the steps whose tasks are all back.
+func (o *workOwner) applyReady(ctx context.Context) {
+	pl := o.pl
+	for len(o.steps) > 0 {
+		s := o.steps[0]
+		if !s.closed {
+			return
+		}
+		for _, t := range s.tasks {
+			if t.result == nil {
+				return
+			}
+		}
+		o.steps = o.steps[1:]
+		o.apply(ctx, s)
+		if pl.fenced() {
+			return
+		}
+	}
+}
+
+// apply learns from one step's contributions and acknowledges its input.
+func (o *workOwner) apply(ctx context.Context, s *workStep) {
+	pl := o.pl
+	start := time.Now()
+	var enc [][]byte
+	images := 0
+	for _, t := range s.tasks {
+		delete(o.byID, t.ID)
+		pl.stats.received.Add(t.meta.Received)
+		pl.stats.published.Add(t.meta.Published)
+		pl.stats.lost.Add(t.meta.Missing)
+		for r, n := range t.meta.Rejected {
+			for range n {
+				pl.stats.reject(r)
+			}
+		}
+		if t.meta.Images > 0 {
+			enc = append(enc, t.result)
+			images += t.meta.Images
+		}
+	}
+	if len(enc) > 0 {
+		pl.giveWayToQueries()
+		err := pl.model.(*imageModel).applyContributions(enc)
+		if pl.settle(err, images, s.last.seq) {
+			o.publishModel()
+		}
+	}
+	if last := s.last; last.seq > pl.lastSeq {
+		pl.lastSeq = last.seq
+		pl.stats.lastSeq.Store(last.seq)
+	}
+	if ack := s.last.ack; ack != nil && !pl.fenced() {
+		if err := ack(); err != nil {
+			pl.log.Warn().Err(err).Uint64("seq", s.last.seq).Msg("ack failed; the step may be delivered again and will be skipped")
+		}
+	}
+	pl.obs.batch.Observe(time.Since(start).Seconds())
+}
+
+// publishModel sends the current version to the workers and keeps it for
+// those that ask again.
+func (o *workOwner) publishModel() {
+	pl := o.pl
+	secs, err := pl.model.(*imageModel).workerSections()
+	if err != nil {
+		pl.log.Error().Err(err).Msg("worker mode: encoding the model")
+		return
+	}
+	b := encodeSections(secs)
+	if pl.workVersions == nil {
+		pl.workVersions = map[uint64][]byte{}
+	}
+	pl.workVersions[pl.version] = b
+	for v := range pl.workVersions {
+		if v+uint64(pl.cfg.Workers.Staleness) < pl.version {
+			delete(pl.workVersions, v)
+		}
+	}
+	if err := o.sendModel(pl.d.workSubject(pl.name, "model"), pl.version, b); err != nil {
+		pl.log.Warn().Err(err).Msg("worker mode: publishing the model")
+	}
+}
+
+func (o *workOwner) sendModel(subject string, version uint64, b []byte) error {
+	h := nats.Header{}
+	h.Set(headerEpoch, strconv.FormatUint(o.epoch, 10))
+	h.Set(HeaderModelVersion, strconv.FormatUint(version, 10))
+	_, err := publishChunks(o.pl.d.nc, subject, h, b, 0)
+	return err
+}
+
+// serveModel answers a worker's model.get with the version it asks for
+// (the newest if it is gone), in chunks to its reply subject.
+func (o *workOwner) serveModel(m *nats.Msg) {
+	if m.Reply == "" {
+		return
+	}
+	v, err := strconv.ParseUint(m.Header.Get(HeaderModelVersion), 10, 64)
+	b, ok := o.pl.workVersions[v]
+	if err != nil || !ok {
+		v, b = o.pl.version, o.pl.workVersions[o.pl.version]
+	}
+	if err := o.sendModel(m.Reply, v, b); err != nil {
+		o.pl.log.Warn().Err(err).Msg("worker mode: sending a model")
+	}
+}
+
+const headerEpoch = "Smtd-Epoch"
+
+// workVersionsSection is the checkpoint section, in worker mode, holding
+// the versions the steps in flight are coded with (the last τ+1), so that
+// a new owner codes them as its predecessor did.
+const workVersionsSection = "work-versions"
+
+// encodeWorkVersions encodes a pipeline's workVersions, oldest first.
+func encodeWorkVersions(vs map[uint64][]byte) []byte {
+	var w byteWriter
+	w.uvarint(uint64(len(vs)))
+	for _, v := range slices.Sorted(maps.Keys(vs)) {
+		w.uvarint(v)
+		w.bytes(vs[v])
+	}
+	return w.b
+}
+
+func decodeWorkVersions(b []byte) (map[uint64][]byte, error) {
+	r := byteReader{b: b}
+	n := r.uvarint()
+	if n > 1<<10 {
+		return nil, errors.New("smtd: work versions: bad count")
+	}
+	vs := make(map[uint64][]byte, n)
+	for range n {
+		v := r.uvarint()
+		vs[v] = r.bytes()
+	}
+	if r.err != nil || len(r.b) != 0 {
+		return nil, errors.New("smtd: work versions: truncated")
+	}
+	return vs, nil
+}
+
+// encodeSections concatenates named sections (a checkpoint's encoding of
+// them without the rest).
+func encodeSections(secs []Section) []byte {
+	var r byteWriter
+	r.uvarint(uint64(len(secs)))
+	for _, s := range secs {
+		r.bytes([]byte(s.Name))
+		r.bytes(s.Data)
+	}
+	return r.b
+}
+
+func decodeSections(b []byte) ([]Section, error) {
+	r := byteReader{b: b}
+	n := r.uvarint()
+	if n > 64 {
+		return nil, errors.New("smtd: model sections: bad count")
+	}
+	secs := make([]Section, 0, n)
+	for range n {
+		name, data := r.bytes(), r.bytes()
+		secs = append(secs, Section{Name: string(name), Data: data})
+	}
+	if r.err != nil || len(r.b) != 0 {
+		return nil, errors.New("smtd: model sections: truncated")
+	}
+	return secs, nil
+}
+
+type byteWriter struct{ b []byte }
+
+func (w *byteWriter) uvarint(v uint64) {
+	w.b = binary.AppendUvarint(w.b, v)
+}
+
+func (w *byteWriter) bytes(p []byte) {
+	w.uvarint(uint64(len(p)))
+	w.b = append(w.b, p...)
+}
+
+// Chunks.
+
+const (
+	headerTransfer = "Smtd-Transfer" // one id per transfer
+	headerChunk    = "Smtd-Chunk"    // "i/n"
+)
+
+// publishChunks publishes data on subject in pieces that fit the server's
+// max_payload, each with the headers h, a transfer id and its index; with
+// a timeout, the last piece is a request and its reply is returned.
+// Pieces of one publisher reach a subscriber in order; a transfer with a
+// piece lost is never completed (assembly drops it), and its sender asks
+// again.
+func publishChunks(nc *nats.Conn, subject string, h nats.Header, data []byte, timeout time.Duration) (*nats.Msg, error) {
+	mp := int(nc.MaxPayload())
+	size := mp - min(16<<10, mp/4) // room for the headers
+	n := max(1, (len(data)+size-1)/size)
+	id := nats.NewInbox()[len(nats.InboxPrefix):]
+	for i := range n {
+		m := nats.NewMsg(subject)
+		for k, v := range h {
+			m.Header[k] = v
+		}
+		m.Header.Set(headerTransfer, id)
+		m.Header.Set(headerChunk, fmt.Sprintf("%d/%d", i, n))
+		m.Data = data[i*size : min(len(data), (i+1)*size)]
+		if i == n-1 && timeout > 0 {
+			return nc.RequestMsg(m, timeout)
+		}
+		if err := nc.PublishMsg(m); err != nil {
+			return nil, err
+		}
+	}
+	return nil, nil
+}
+
+// assembly puts chunked transfers together. It is used by one
+// subscription's handler, which NATS calls from one goroutine.
+type assembly struct {
+	parts map[string]*partial
+}
+
+type partial struct {
+	chunks [][]byte
+	got    int
+	size   int
+	start  time.Time
+}
+
+// assemblyLimit bounds the memory of transfers in progress, and
+// assemblyAge how long an incomplete one is kept.
+const (
+	assemblyLimit = 1 << 30
+	assemblyAge   = time.Minute
+)
+
+// add takes one chunk; when it completes its transfer, add returns the
+// last chunk's message with the whole data in it.
+func (a *assembly) add(m *nats.Msg) *nats.Msg {
+	i, n, ok := parseChunk(m.Header.Get(headerChunk))
+	if !ok {
+		return nil
+	}
+	if n == 1 {
+		return m
+	}
+	if a.parts == nil {
+		a.parts = map[string]*partial{}
+	}
+	id := m.Header.Get(headerTransfer)
+	p := a.parts[id]
+	if p == nil {
+		a.expire()
+		p = &partial{chunks: make([][]byte, n), start: time.Now()}
+		a.parts[id] = p
+	}
+	if len(p.chunks) != n || p.chunks[i] != nil {
+		return nil
+	}
+	p.chunks[i], p.got, p.size = m.Data, p.got+1, p.size+len(m.Data)
+	if p.got < n {
+		return nil
+	}
+	delete(a.parts, id)
+	data := make([]byte, 0, p.size)
+	for _, c := range p.chunks {
+		data = append(data, c...)
+	}
+	m.Data = data
+	return m
+}
+
+// expire drops transfers that have waited too long, or too much data.
+func (a *assembly) expire() {
+	total := 0
+	for id, p := range a.parts {
+		if time.Since(p.start) > assemblyAge {
+			delete(a.parts, id)
+			continue
+		}
+		total += p.size
+	}
+	if total > assemblyLimit {
+		clear(a.parts)
+	}
+}
+
+func parseChunk(s string) (i, n int, ok bool) {
+	a, b, found := strings.Cut(s, "/")
+	if !found {
+		return 0, 0, false
+	}
+	i, err1 := strconv.Atoi(a)
+	n, err2 := strconv.Atoi(b)
+	return i, n, err1 == nil && err2 == nil && n >= 1 && n <= 1<<16 && i >= 0 && i < n
+}
+
+// The worker's side.
+
+// worker codes the minibatches its owner hands out, with a copy of the
+// model per version.
+type worker struct {
+	d    *Daemon
+	pl   *pipeline // the worker's own: config, counters, output publishing
+	base *imageModel
+	self string
+
+	mu       sync.Mutex
+	versions map[workVersion]*imageModel
+	arrived  chan struct{} // closed and replaced when a version arrives
+	stream   jetstream.Stream
+}
+
+type workVersion struct{ epoch, version uint64 }
+
+// runWorker works for the owner of main, with pl (a pipeline of its own)
+// until ctx is done. While this daemon owns main and workers.on_owner is
+// false, it does not ask for tasks.
+func (d *Daemon) runWorker(ctx context.Context, pl, main *pipeline) {
+	w := &worker{d: d, pl: pl, base: pl.model.(*imageModel), versions: map[workVersion]*imageModel{}, arrived: make(chan struct{})}
+	w.self = d.cluster.self.Name
+	var asm assembly
+	sub, err := d.nc.Subscribe(d.workSubject(pl.name, "model"), func(m *nats.Msg) {
+		if whole := asm.add(m); whole != nil {
+			w.store(whole)
+		}
+	})
+	if err != nil {
+		pl.log.Error().Err(err).Msg("worker mode: subscribing to models; not working")
+		return
+	}
+	defer sub.Unsubscribe()
+	pl.log.Info().Msg("worker mode: working for the pipeline's owner")
+	for ctx.Err() == nil {
+		if l := main.lease.Load(); !pl.cfg.Workers.OnOwner && l != nil && l.Owner == w.self {
+			sleep(ctx, 100*time.Millisecond)
+			continue
+		}
+		if err := w.work(ctx); err != nil && ctx.Err() == nil {
+			pl.log.Debug().Err(err).Msg("worker mode")
+			sleep(ctx, 100*time.Millisecond)
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// store decodes a model version sent by the owner.
+func (w *worker) store(m *nats.Msg) {
+	epoch, err1 := strconv.ParseUint(m.Header.Get(headerEpoch), 10, 64)
+	version, err2 := strconv.ParseUint(m.Header.Get(HeaderModelVersion), 10, 64)
+	secs, err3 := decodeSections(m.Data)
+	if err := errors.Join(err1, err2, err3); err != nil {
+		w.pl.log.Warn().Err(err).Msg("worker mode: a model that does not decode")
+		return
+	}
+	model, err := w.base.withWorkerSections(secs)
+	if err != nil {
+		w.pl.log.Warn().Err(err).Msg("worker mode: a model that does not decode")
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	key := workVersion{epoch, version}
+	w.versions[key] = model
+	keep := uint64(w.pl.cfg.Workers.Staleness + 2)
+	for k := range w.versions {
+		if k.epoch < epoch || k.version+keep < version {
+			delete(w.versions, k)
+		}
+	}
+	close(w.arrived)
+	w.arrived = make(chan struct{})
+}
+
+// model returns the model version a task is to be coded with: exactly
+// its version in deterministic mode, otherwise the newest held that is
+// not older. It asks the owner when it has none.
+func (w *worker) model(ctx context.Context, t *workTask) (*imageModel, uint64, error) {
+	deadline := time.Now().Add(w.pl.cfg.Workers.TaskTimeout)
+	asked := false
+	for {
+		w.mu.Lock()
+		var best *imageModel
+		var bestV uint64
+		for k, m := range w.versions {
+			if k.epoch != t.Epoch || k.version < t.Version || (t.Exact && k.version != t.Version) {
+				continue
+			}
+			if best == nil || k.version > bestV {
+				best, bestV = m, k.version
+			}
+		}
+		arrived := w.arrived
+		w.mu.Unlock()
+		if best != nil {
+			return best, bestV, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, 0, fmt.Errorf("smtd: no model version %d of epoch %d", t.Version, t.Epoch)
+		}
+		if !asked {
+			asked = true
+			go w.ask(ctx, t.Version)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, 0, ctx.Err()
+		case <-arrived:
+		case <-time.After(time.Second):
+			asked = false
+		}
+	}
+}
+
+// ask requests a model version from the owner; it arrives in chunks on an
+// inbox of the worker's.
+func (w *worker) ask(ctx context.Context, version uint64) {
+	inbox := nats.NewInbox()
+	sub, err := w.d.nc.SubscribeSync(inbox)
+	if err != nil {
+		return
+	}
+	defer sub.Unsubscribe()
+	m := nats.NewMsg(w.d.workSubject(w.pl.name, "model.get"))
+	m.Reply = inbox
+	m.Header.Set(HeaderModelVersion, strconv.FormatUint(version, 10))
+	if err := w.d.nc.PublishMsg(m); err != nil {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var asm assembly
+	for {
+		c, err := sub.NextMsgWithContext(cctx)
+		if err != nil {
+			return
+		}
+		if whole := asm.add(c); whole != nil {
+			w.store(whole)
+			return
+		}
+	}
+}
+
+// work asks the owner for a task and does it.
+func (w *worker) work(ctx context.Context) error {
+	d, pl := w.d, w.pl
+	req := nats.NewMsg(d.workSubject(pl.name, "task"))
+	req.Header.Set(HeaderDaemon, w.self)
+	rctx, cancel := context.WithTimeout(ctx, workTaskWait+time.Second)
+	r, err := d.nc.RequestMsgWithContext(rctx, req)
+	cancel()
+	if err != nil {
+		return err
+	}
+	if len(r.Data) == 0 {
+		return nil // no task now
+	}
+	var t workTask
+	if err := json.Unmarshal(r.Data, &t); err != nil {
+		return fmt.Errorf("smtd: a task that does not decode: %w", err)
+	}
+	model, version, err := w.model(ctx, &t)
+	if err != nil {
+		return err
+	}
+	meta := workMeta{Task: t.ID, Epoch: t.Epoch, Daemon: w.self, Version: version}
+	batch, err := w.fetch(ctx, &t, &meta)
+	if err != nil {
+		return err
+	}
+	var enc []byte
+	if len(batch) > 0 {
+		var outs []output
+		// The same task always draws the same candidates.
+		enc, outs = model.contribute(batch, rand.NewPCG(pl.cfg.Seed, t.ID), t.Ahead)
+		meta.Images = len(batch)
+		before := pl.stats.published.Load()
+		pl.version = version
+		pl.publishOutputs(ctx, outs)
+		meta.Published = pl.stats.published.Load() - before
+	}
+	h := nats.Header{}
+	b, _ := json.Marshal(meta)
+	h.Set(headerWork, string(b))
+	reply, err := publishChunks(d.nc, d.workSubject(pl.name, "done"), h, enc, 10*time.Second)
+	if err != nil {
+		return fmt.Errorf("smtd: sending a contribution: %w", err)
+	}
+	if s := string(reply.Data); s != "ok" {
+		pl.log.Debug().Str("reply", s).Uint64("task", t.ID).Msg("worker mode: contribution not taken")
+	}
+	return nil
+}
+
+// fetch reads a task's messages from the stream by sequence and decodes
+// them; invalid ones are rejected (counted in meta and reported like a
+// single daemon's), sequences gone from the stream are counted missing.
+func (w *worker) fetch(ctx context.Context, t *workTask, meta *workMeta) ([]sample, error) {
+	pl := w.pl
+	if w.stream == nil {
+		s, err := w.d.js.Stream(ctx, pl.stream.name)
+		if err != nil {
+			return nil, err
+		}
+		w.stream = s
+	}
+	batch := make([]sample, 0, len(t.Seqs))
+	for _, seq := range t.Seqs {
+		m, err := w.stream.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			meta.Missing++
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		meta.Received++
+		s, err := decode(&pl.cfg, m.Header, m.Data)
+		if err != nil {
+			reason := pl.rejectMsg(seq, err)
+			if meta.Rejected == nil {
+				meta.Rejected = map[string]int64{}
+			}
+			meta.Rejected[reason]++
+			continue
+		}
+		s.seq = seq
+		batch = append(batch, s)
+	}
+	return batch, nil
+}
+
+// startWorker starts the worker of pipeline main (in worker mode), with a
+// pipeline of its own for its config, counters and outputs; it runs until
+// runCtx is done.
+func (d *Daemon) startWorker(ctx, runCtx context.Context, main *pipeline) error {
+	pl := newPipeline(d, main.cfg)
+	st, err := ensureStream(ctx, d.js, d.cfg, &pl.cfg)
+	if err != nil {
+		return err
+	}
+	pl.stream = st
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		d.runWorker(runCtx, pl, main)
+	}()
+	return nil
+}

@@ -1,0 +1,323 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/smtd/smtd/config"
+	"github.com/smtd/smtd/record"
+)
+
+// workerPipeline is the deterministic worker-mode pipeline of the tests:
+// steps of 5 minibatches of 20 images, coded one version behind.
+func workerPipeline(name, subject string) config.Pipeline {
+	p := clusterPipeline(name, subject)
+	p.Workers = config.Workers{Enabled: true, Merge: 5, Staleness: 1, OnOwner: true, TaskTimeout: 5 * time.Second}
+	return p
+}
+
+// simulation is a model learned in one process as worker mode learns it.
+type simulation struct {
+	sections []Section
+	rng      []byte
+	version  uint64
+	samples  int64
+}
+
+// simulateWorkers learns the messages of a recorded stream in this
+// process by worker mode's deterministic schedule: steps of merge
+// minibatches, the step that makes version v+1 coded with version v−τ
+// (never older than 0), each minibatch by its own copy of that version
+// as a worker receives it (encoded and decoded), its re-seeding
+// candidates drawn from the seed and its first sequence; the
+// contributions are applied in order. It stops at the last whole step.
+func simulateWorkers(t testing.TB, p config.Pipeline, stream string) simulation {
+	t.Helper()
+	msgs, err := record.ReadFile(filepath.Join("..", "testdata", "streams", stream))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := rand.NewPCG(p.Seed, 0x736d7464)
+	owner := newModel(&p, src).(*imageModel)
+	owner.tune(&p)
+	versions := map[uint64]*imageModel{}
+	keep := func(v uint64) {
+		secs, err := owner.workerSections()
+		if err != nil {
+			t.Fatal(err)
+		}
+		secs, err = decodeSections(encodeSections(secs))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if versions[v], err = owner.withWorkerSections(secs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keep(0)
+	w := p.Workers
+	step := w.Merge * p.Batch.Size
+	var sim simulation
+	for first := 0; first+step <= len(msgs); first += step {
+		v := sim.version
+		coded := uint64(0)
+		if v >= uint64(w.Staleness) {
+			coded = v - uint64(w.Staleness)
+		}
+		var enc [][]byte
+		for b := first; b < first+step; b += p.Batch.Size {
+			batch := make([]sample, 0, p.Batch.Size)
+			for i := b; i < b+p.Batch.Size; i++ {
+				s, err := decode(&p, msgs[i].Header, msgs[i].Data)
+				if err != nil {
+					t.Fatalf("message %d: %v", i+1, err)
+				}
+				s.seq = uint64(i + 1)
+				batch = append(batch, s)
+			}
+			c, _ := versions[coded].contribute(batch, rand.NewPCG(p.Seed, uint64(b+1)), int(v-coded)+1)
+			enc = append(enc, c)
+		}
+		if err := owner.applyContributions(enc); err != nil {
+			t.Fatalf("step %d: %v", v, err)
+		}
+		if err := owner.check(); err != nil {
+			t.Fatalf("step %d: %v", v, err)
+		}
+		sim.version++
+		sim.samples += int64(step)
+		keep(sim.version)
+	}
+	if sim.sections, err = owner.sections(); err != nil {
+		t.Fatal(err)
+	}
+	if sim.rng, err = src.MarshalBinary(); err != nil {
+		t.Fatal(err)
+	}
+	return sim
+}
+
+// Worker mode on a 3-node NATS cluster: three daemon processes share the
+// learning of a recorded MNIST stream in deterministic mode; a worker
+// that is not the owner is killed with SIGKILL after a third of the
+// stream, the owner after two thirds. Every message is applied once, the
+// output stream holds one output per input, published by more than one
+// daemon, and the final model equals, bit for bit, the in-process
+// simulation of the same schedule.
+func TestWorkersMatchSimulation(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a NATS cluster and daemon processes")
+	}
+	const stream = "mnist-train-1000.smtdrec"
+	p := workerPipeline("wk", "workers.wk")
+	p.Output.Transport = config.JetStream
+	want := simulateWorkers(t, p, stream)
+
+	_, url := natsCluster(t, 3)
+	nc := connect(t, url)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	daemons := map[string]*childDaemon{}
+	for _, name := range []string{"d1", "d2", "d3"} {
+		daemons[name] = newChildDaemon(t, name, clusterConfig(t, url, name, 3, p))
+	}
+	status := func() PipelineStatus {
+		st, _ := clusterPipelineStatus(nc, "cl", p.Name)
+		return st
+	}
+	waitFor(t, time.Minute, "an owner and its input stream", func() bool { return status().Owner != "" && streamReachable(js, p.Input.Subject) })
+	n := replayFile(t, nc, stream, p.Input.Subject)
+	var st PipelineStatus
+	waitFor(t, 2*time.Minute, "a third of the stream", func() bool { st = status(); return st.LastSeq >= uint64(n)/3 })
+	for name, d := range daemons {
+		if name != st.Owner {
+			d.signal(t, syscall.SIGKILL)
+			delete(daemons, name)
+			t.Logf("worker %s killed after seq %d (owner %s)", name, st.LastSeq, st.Owner)
+			break
+		}
+	}
+	waitFor(t, 2*time.Minute, "two thirds of the stream", func() bool { st = status(); return st.LastSeq >= 2*uint64(n)/3 })
+	if st.LastSeq < uint64(n) {
+		daemons[st.Owner].signal(t, syscall.SIGKILL)
+		t.Logf("owner %s (epoch %d) killed after seq %d", st.Owner, st.Epoch, st.LastSeq)
+		waitFor(t, time.Minute, "a new owner", func() bool { next := status(); return next.Owner != "" && next.Epoch > st.Epoch })
+	}
+
+	got := finalCheckpoint(t, nc, js, p.Name, n)
+	if got.ModelVersion != want.version || got.Samples != want.samples {
+		t.Errorf("version %d after %d samples; simulation: %d after %d", got.ModelVersion, got.Samples, want.version, want.samples)
+	}
+	if !bytes.Equal(got.RNG, want.rng) {
+		t.Error("random source state differs from the simulation's")
+	}
+	for _, s := range want.sections {
+		if b, err := findSection(got.Sections, s.Name); err != nil || !bytes.Equal(b, s.Data) {
+			t.Errorf("section %s differs from the simulation's", s.Name)
+		}
+	}
+	if c := got.Counters; c.Received != int64(n) || c.Learned != int64(n) || c.Rejected != 0 || c.NotLearned != 0 {
+		t.Errorf("counters %+v: want every one of %d messages received and learned once", c, n)
+	}
+	publishers := outputPublishers(t, js, p.OutputStreamName())
+	total := 0
+	for _, k := range publishers {
+		total += k
+	}
+	if total != n {
+		t.Errorf("output stream holds %d outputs, want one per input (%d)", total, n)
+	}
+	if len(publishers) < 2 {
+		t.Errorf("outputs published by %v: want the work shared by more than one daemon", publishers)
+	}
+	t.Logf("outputs by daemon: %v", publishers)
+}
+
+// outputPublishers counts the messages of an output stream by the daemon
+// that published them (HeaderDaemon).
+func outputPublishers(t testing.TB, js jetstream.JetStream, stream string) map[string]int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := s.CachedInfo().State
+	by := map[string]int{}
+	for seq := st.FirstSeq; seq <= st.LastSeq && st.Msgs > 0; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatalf("reading output %d: %v", seq, err)
+		}
+		by[m.Header.Get(HeaderDaemon)]++
+	}
+	return by
+}
+
+// Transfers larger than the server's max_payload arrive whole, and the
+// last chunk's request gets its reply; a transfer missing a chunk never
+// completes, and a chunk repeated is ignored.
+func TestWorkChunksReassemble(t *testing.T) {
+	ns := startNATS(t, func(o *server.Options) { o.MaxPayload = 64 << 10 })
+	nc := connect(t, ns.ClientURL())
+	data := make([]byte, 300<<10)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	var asm assembly
+	got := make(chan *nats.Msg, 1)
+	if _, err := nc.Subscribe("chunks", func(m *nats.Msg) {
+		if whole := asm.add(m); whole != nil {
+			got <- whole
+			m.Respond([]byte("ok"))
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	h := nats.Header{}
+	h.Set("Smtd-Test", "kept")
+	reply, err := publishChunks(nc, "chunks", h, data, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(reply.Data) != "ok" {
+		t.Errorf("reply %q", reply.Data)
+	}
+	whole := <-got
+	if !bytes.Equal(whole.Data, data) || whole.Header.Get("Smtd-Test") != "kept" {
+		t.Errorf("got %d bytes (header %q), want the %d sent", len(whole.Data), whole.Header.Get("Smtd-Test"), len(data))
+	}
+	if n, _ := strconv.Atoi(strings.Split(whole.Header.Get(headerChunk), "/")[1]); n < 5 {
+		t.Errorf("%d chunks for %d bytes at a 64 KiB max payload", n, len(data))
+	}
+
+	var partial assembly
+	chunk := func(i, n int, id string) *nats.Msg {
+		m := nats.NewMsg("x")
+		m.Header.Set(headerTransfer, id)
+		m.Header.Set(headerChunk, fmt.Sprintf("%d/%d", i, n))
+		m.Data = []byte{byte(i)}
+		return m
+	}
+	if partial.add(chunk(0, 3, "a")) != nil || partial.add(chunk(0, 3, "a")) != nil || partial.add(chunk(2, 3, "a")) != nil {
+		t.Error("an incomplete transfer completed")
+	}
+	if m := partial.add(chunk(1, 3, "a")); m == nil || !bytes.Equal(m.Data, []byte{0, 1, 2}) {
+		t.Errorf("transfer a: %v", m)
+	}
+	for _, bad := range []string{"", "3/3", "-1/2", "0/0", "x/2"} {
+		m := chunk(0, 1, "b")
+		m.Header.Set(headerChunk, bad)
+		if partial.add(m) != nil {
+			t.Errorf("chunk header %q accepted", bad)
+		}
+	}
+}
+
+// A contribution cut short or corrupted is refused with an error before
+// the model changes, never with a panic.
+func TestWorkContributionMalformed(t *testing.T) {
+	p := digitsPipeline("digits", "mnist.images", 16)
+	m := newModel(&p, rand.NewPCG(1, 2)).(*imageModel)
+	msgs, err := record.ReadFile(filepath.Join("..", "testdata", "streams", "mnist-train-1000.smtdrec"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch := make([]sample, 8)
+	for i := range batch {
+		if batch[i], err = decode(&p, msgs[i].Header, msgs[i].Data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	enc, _ := m.snapshot().(*imageModel).contribute(batch, rand.NewPCG(1, 1), 1)
+	before, err := m.sections()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	for i := 0; i < 300; i++ {
+		bad := append([]byte(nil), enc...)
+		switch i % 3 {
+		case 0:
+			bad = bad[:r.IntN(len(bad))]
+		case 1:
+			bad[r.IntN(len(bad))] ^= byte(1 + r.IntN(255))
+		default:
+			bad = append(bad, byte(r.IntN(256)))
+		}
+		if err := m.applyContributions([][]byte{bad}); err == nil {
+			if i%3 != 1 {
+				t.Fatalf("case %d: a malformed contribution was applied", i)
+			}
+			// A flipped byte inside a float is still a contribution.
+			m = newModel(&p, rand.NewPCG(1, 2)).(*imageModel)
+		}
+	}
+	after, err := m.sections()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range before {
+		if !bytes.Equal(before[i].Data, after[i].Data) {
+			t.Errorf("section %s changed by refused contributions", before[i].Name)
+		}
+	}
+	if err := m.applyContributions([][]byte{enc}); err != nil {
+		t.Errorf("the contribution itself: %v", err)
+	}
+}
