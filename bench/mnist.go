@@ -65,20 +65,16 @@ func MNIST(ctx context.Context, w io.Writer, args []string) error {
 	}
 	*nTrain, *nTest = min(*nTrain, train.N), min(*nTest, test.N)
 
-	p := config.DefaultPipeline(config.Image, "mnist")
-	p.Input.Subject = "bench.mnist"
-	p.Output.Subject = "bench.mnist.embeddings"
+	p := mnistPipeline(*atoms)
 	p.Batch.Size = *batch
 	p.Patches.Context = *mean
 	p.Whiten.Lambda = *lambda
-	p.KMeans.Atoms = *atoms
 	p.KMeans.Decay = *kmDecay
 	p.SMT.Memory = *smtMemory
 	p.SMT.Dim, p.SMT.Context, p.SMT.Solver, p.SMT.Blank, p.SMT.Drop = *dim, *ctxRange, *solver, *blank, *drop
 	if p.SMT.NonRedundant = *nonRedundant; *nonRedundant {
 		p.SMT.Solver = config.SolverClosed
 	}
-	p.SMT.SolveEvery = 1 << 30 // solved once, before the checkpoint below
 	stopProfile, err := startCPUProfile(*cpuprofile)
 	if err != nil {
 		return err

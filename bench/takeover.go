@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"gopkg.in/yaml.v3"
 
 	"github.com/smtd/smtd/config"
 	"github.com/smtd/smtd/daemon"
@@ -58,10 +57,6 @@ func Takeover(ctx context.Context, w io.Writer, args []string) error {
 	if *rate <= 0 || *qrate <= 0 || *window > *warmup {
 		return errors.New("bench takeover: -rate and -qrate must be positive, -window at most -warmup")
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		return err
-	}
 	train, err := dataset.ReadMNIST(*dir, "train")
 	if err != nil {
 		return err
@@ -88,11 +83,11 @@ func Takeover(ctx context.Context, w io.Writer, args []string) error {
 	p := config.DefaultPipeline(config.Image, "images")
 	p.Input.Subject = "bench.takeover.images"
 	p.Output.Subject = "bench.takeover.embeddings"
-	var daemons []*exec.Cmd
+	var daemons []*daemonProcess
 	defer func() {
 		for _, c := range daemons {
-			c.Process.Signal(syscall.SIGTERM)
-			c.Wait()
+			c.cmd.Process.Signal(syscall.SIGTERM)
+			c.wait()
 		}
 	}()
 	pids := map[string]*exec.Cmd{}
@@ -104,26 +99,12 @@ func Takeover(ctx context.Context, w io.Writer, args []string) error {
 		cfg.Checkpoint.EverySamples = *every
 		cfg.Cluster.Enabled, cfg.Cluster.Name = true, name
 		cfg.Pipelines = []config.Pipeline{p}
-		data, err := yaml.Marshal(cfg)
+		c, err := startDaemonProcess(root, name, cfg)
 		if err != nil {
-			return err
-		}
-		path := filepath.Join(root, name+".yaml")
-		if err := os.WriteFile(path, data, 0o644); err != nil {
-			return err
-		}
-		logs, err := os.Create(filepath.Join(root, name+".log"))
-		if err != nil {
-			return err
-		}
-		defer logs.Close()
-		c := exec.Command(exe, "run", "--config", path)
-		c.Stdout, c.Stderr = logs, logs
-		if err := c.Start(); err != nil {
 			return err
 		}
 		daemons = append(daemons, c)
-		pids[name] = c
+		pids[name] = c.cmd
 	}
 
 	nc, js, err := cl.Connect()

@@ -24,7 +24,8 @@ type Cluster struct {
 	URL string
 }
 
-// Start starts n nodes storing under dir/n1, dir/n2, ... and returns once
+// Start starts n nodes storing under dir/n1, dir/n2, ... (one node: a
+// server without cluster) and returns once
 // JetStream answers (it has a meta leader), or within a minute an error.
 func Start(dir string, n int) (*Cluster, error) {
 	ports := make([]int, n)
@@ -42,12 +43,15 @@ func Start(dir string, n int) (*Cluster, error) {
 	var urls []string
 	for i := range n {
 		name := fmt.Sprintf("n%d", i+1)
-		s, err := server.NewServer(&server.Options{
+		opts := &server.Options{
 			ServerName: name, Host: "127.0.0.1", Port: -1, NoSigs: true,
 			JetStream: true, StoreDir: filepath.Join(dir, name),
-			Cluster: server.ClusterOpts{Name: "smtd", Host: "127.0.0.1", Port: ports[i]},
-			Routes:  server.RoutesFromStr(strings.Join(routes, ",")),
-		})
+		}
+		if n > 1 { // a single node is a plain server: JetStream needs no meta group
+			opts.Cluster = server.ClusterOpts{Name: "smtd", Host: "127.0.0.1", Port: ports[i]}
+			opts.Routes = server.RoutesFromStr(strings.Join(routes, ","))
+		}
+		s, err := server.NewServer(opts)
 		if err != nil {
 			c.Shutdown()
 			return nil, err

@@ -1,0 +1,392 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"gopkg.in/yaml.v3"
+
+	"github.com/smtd/smtd/config"
+	"github.com/smtd/smtd/daemon"
+	"github.com/smtd/smtd/dataset"
+	"github.com/smtd/smtd/internal/natscluster"
+)
+
+// Cluster measures worker mode (config.Workers) on this machine. For 1 to
+// -workers worker processes it starts a NATS server with JetStream in this
+// process, an owner daemon that only merges (workers.on_owner false, the
+// only daemon carrying the label the pipeline is placed on) and the worker
+// daemons, each a process with GOMAXPROCS=1; learns -warmup MNIST
+// training images (the dictionary is seeded from the first step's,
+// which costs the owner O(K²) per row); then publishes the next -train
+// images and times them from the first publish to the last one applied:
+//
+//   - cluster_workers_<n>_images_per_s;
+//   - for the run with the most workers, the CPU-seconds (from /proc) and
+//     the bytes in and out of the NATS connections (the server's connz)
+//     per 1,000 images, of the owner and of the workers together;
+//   - cluster_workers_per_owner: how many workers, each as busy as one
+//     core, one owner core can merge for: the workers' CPU per image over
+//     the owner's.
+//
+// With -accuracy it then runs the quick MNIST setting of `smtd bench
+// mnist` (-accuracy-train images, two passes, -accuracy-test test
+// images; K = -k) in one daemon and with 2 and 3 workers, and prints the
+// soft-KNN top-1 of each (cluster_top1_workers_<n>, cluster_top1_single).
+func Cluster(ctx context.Context, w io.Writer, args []string) error {
+	fs := flag.NewFlagSet("bench cluster", flag.ContinueOnError)
+	dir := fs.String("mnist", "../shared/data/mnist", "`directory` with the MNIST IDX files (gzip'd or not)")
+	nTrain := fs.Int("train", 6000, "images timed per throughput run")
+	warmup := fs.Int("warmup", 1000, "images learned before the timed ones")
+	maxWorkers := fs.Int("workers", 3, "throughput runs with 1..N worker processes")
+	atoms := fs.Int("k", 4096, "dictionary size K")
+	merge := fs.Int("merge", 4, "workers.merge: minibatches per learning step")
+	staleness := fs.Int("staleness", 1, "workers.staleness τ")
+	accuracy := fs.Bool("accuracy", false, "also compare quick-MNIST accuracy: one daemon, 2 and 3 workers")
+	accTrain := fs.Int("accuracy-train", 5000, "-accuracy: training images (two passes)")
+	accTest := fs.Int("accuracy-test", 1000, "-accuracy: test images")
+	keep := fs.Bool("keep", false, "keep the temporary directory (configs, stores, daemon logs)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *maxWorkers < 1 || *nTrain < 1 || *warmup < 0 {
+		return errors.New("bench cluster: -workers and -train must be positive, -warmup not negative")
+	}
+	train, err := dataset.ReadMNIST(*dir, "train")
+	if err != nil {
+		return err
+	}
+	root, err := os.MkdirTemp("", "smtd-cluster-")
+	if err != nil {
+		return err
+	}
+	if *keep {
+		fmt.Fprintf(os.Stderr, "bench cluster: files in %s\n", root)
+	} else {
+		defer os.RemoveAll(root)
+	}
+	p := mnistPipeline(*atoms)
+	p.Workers.Merge, p.Workers.Staleness = *merge, *staleness
+	var last *workerRun
+	for n := 1; n <= *maxWorkers; n++ {
+		r := &workerRun{root: filepath.Join(root, fmt.Sprintf("w%d", n)), workers: n, p: p}
+		if err := r.start(ctx); err != nil {
+			r.stop()
+			return err
+		}
+		n := min(*nTrain, train.N-*warmup)
+		_, err := r.learn(ctx, train, 0, *warmup, 1)
+		var secs float64
+		if err == nil {
+			secs, err = r.learn(ctx, train, *warmup, n, 1)
+		}
+		if err == nil {
+			err = r.measure()
+		}
+		if err != nil {
+			r.stop()
+			return err
+		}
+		r.stop()
+		fmt.Fprintf(w, "cluster_workers_%d_images_per_s: %.1f\n", n, float64(n)/secs)
+		last = r
+	}
+	per := 1000 / float64(min(*nTrain, train.N-*warmup))
+	fmt.Fprintf(w, "cluster_owner_cpu_seconds_per_1000_images: %.3f\n", last.ownerCPU*per)
+	fmt.Fprintf(w, "cluster_workers_cpu_seconds_per_1000_images: %.3f\n", last.workersCPU*per)
+	fmt.Fprintf(w, "cluster_owner_mib_per_1000_images: %.2f\n", float64(last.ownerBytes)*per/(1<<20))
+	fmt.Fprintf(w, "cluster_workers_mib_per_1000_images: %.2f\n", float64(last.workersBytes)*per/(1<<20))
+	fmt.Fprintf(w, "cluster_workers_per_owner: %.1f\n", last.workersCPU/last.ownerCPU)
+	if !*accuracy {
+		return nil
+	}
+	return clusterAccuracy(ctx, w, root, p, *dir, *accTrain, *accTest)
+}
+
+// mnistPipeline is the image pipeline of the MNIST benchmarks with K
+// atoms: the defaults (6x6 patches, contextual mean, SMT of dim 32 by
+// SGD), solved once before the final checkpoint.
+func mnistPipeline(k int) config.Pipeline {
+	p := config.DefaultPipeline(config.Image, "mnist")
+	p.Input.Subject = "bench.mnist"
+	p.Output.Subject = "bench.mnist.embeddings"
+	p.KMeans.Atoms = k
+	p.SMT.SolveEvery = 1 << 30
+	return p
+}
+
+// workerRun is one owner and its worker processes on a NATS server of
+// their own.
+type workerRun struct {
+	root    string
+	workers int
+	p       config.Pipeline
+	nats    *natscluster.Cluster
+	procs   map[string]*daemonProcess
+	cpu0    map[string]float64
+	sent    int // images published so far
+
+	ownerCPU, workersCPU     float64
+	ownerBytes, workersBytes int64
+}
+
+// start starts the server, the owner (d0) and the workers (d1...).
+func (r *workerRun) start(ctx context.Context) error {
+	var err error
+	if r.nats, err = natscluster.Start(filepath.Join(r.root, "nats"), 1); err != nil {
+		return err
+	}
+	p := r.p
+	p.Workers.Enabled, p.Workers.OnOwner = true, false
+	p.Placement = []string{"owner"}
+	r.procs = map[string]*daemonProcess{}
+	for i := 0; i <= r.workers; i++ {
+		name := fmt.Sprintf("d%d", i)
+		cfg := config.Default()
+		cfg.DataDir = filepath.Join(r.root, name)
+		cfg.NATS.URL = r.nats.URL
+		cfg.Service.QueryWorkers = 1
+		cfg.Checkpoint.EverySamples = 1 << 40
+		cfg.Cluster.Enabled, cfg.Cluster.Name = true, name
+		if i == 0 {
+			cfg.Cluster.Labels = []string{"owner"}
+		}
+		cfg.Pipelines = []config.Pipeline{p}
+		c, err := startDaemonProcess(r.root, name, cfg, "GOMAXPROCS=1")
+		if err != nil {
+			return err
+		}
+		r.procs[name] = c
+	}
+	nc, js, err := r.nats.Connect()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	return pollUntil(ctx, time.Minute, "the owner and its input stream", func() bool {
+		m, err := nc.Request(config.Default().Subject("status"), nil, time.Second)
+		var st daemon.Status
+		if err != nil || json.Unmarshal(m.Data, &st) != nil || len(st.Pipelines) == 0 || st.Pipelines[0].Owner != "d0" {
+			return false
+		}
+		sctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		_, err = js.Stream(sctx, p.StreamName())
+		return err == nil
+	})
+}
+
+// learn publishes images from..from+n−1 passes times and returns the
+// seconds from the first publish to the last image applied. The CPU time
+// and NATS bytes of every daemon are counted from its start (measure).
+func (r *workerRun) learn(ctx context.Context, train *dataset.Images, from, n, passes int) (float64, error) {
+	nc, js, err := r.nats.Connect()
+	if err != nil {
+		return 0, err
+	}
+	defer nc.Close()
+	r.cpu0 = map[string]float64{}
+	for name, c := range r.procs {
+		r.cpu0[name] = cpuSeconds(c.cmd.Process.Pid)
+	}
+	bytes0 := r.connBytes()
+	r.ownerBytes, r.workersBytes = 0, 0
+	start := time.Now()
+	for pass := range passes {
+		for i := range n {
+			if _, err := js.PublishMsgAsync(imageMsg(r.p.Input.Subject, train, from+i)); err != nil {
+				return 0, err
+			}
+			if (pass*n+i)%256 == 255 {
+				<-js.PublishAsyncComplete()
+			}
+		}
+	}
+	<-js.PublishAsyncComplete()
+	r.sent += passes * n
+	err = pollUntil(ctx, time.Hour, "every image applied", func() bool {
+		m, err := nc.Request(config.Default().Subject("status"), nil, time.Second)
+		var st daemon.Status
+		return err == nil && json.Unmarshal(m.Data, &st) == nil && len(st.Pipelines) > 0 && st.Pipelines[0].LastSeq >= uint64(r.sent)
+	})
+	secs := time.Since(start).Seconds()
+	for name, b := range r.connBytes() {
+		if name == "d0" {
+			r.ownerBytes += b - bytes0[name]
+		} else {
+			r.workersBytes += b - bytes0[name]
+		}
+	}
+	return secs, err
+}
+
+// measure adds up the CPU time of the owner and of the workers since
+// learn started.
+func (r *workerRun) measure() error {
+	for name, c := range r.procs {
+		s := cpuSeconds(c.cmd.Process.Pid) - r.cpu0[name]
+		if s <= 0 {
+			return fmt.Errorf("bench cluster: no CPU time for %s", name)
+		}
+		if name == "d0" {
+			r.ownerCPU += s
+		} else {
+			r.workersCPU += s
+		}
+	}
+	return nil
+}
+
+// connBytes returns the bytes in and out of each daemon's NATS
+// connections, by daemon (their names end in @<daemon>).
+func (r *workerRun) connBytes() map[string]int64 {
+	out := map[string]int64{}
+	for _, s := range r.nats.Servers {
+		cz, err := s.Connz(&server.ConnzOptions{Limit: 1024})
+		if err != nil {
+			continue
+		}
+		for _, c := range cz.Conns {
+			if _, who, ok := strings.Cut(c.Name, "@"); ok {
+				out[who] += c.InBytes + c.OutBytes
+			}
+		}
+	}
+	return out
+}
+
+func (r *workerRun) stop() {
+	for _, c := range r.procs {
+		c.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for _, c := range r.procs {
+		c.wait()
+	}
+	if r.nats != nil {
+		r.nats.Shutdown()
+	}
+}
+
+// daemonProcess is `smtd run` in a process of its own.
+type daemonProcess struct {
+	cmd  *exec.Cmd
+	logs *os.File
+}
+
+// wait waits for the process to end and closes its log.
+func (d *daemonProcess) wait() {
+	d.cmd.Wait()
+	d.logs.Close()
+}
+
+// startDaemonProcess writes cfg to root/name.yaml and starts `smtd run`
+// on it (this executable), its output in root/name.log, with env added.
+func startDaemonProcess(root, name string, cfg *config.Config, env ...string) (*daemonProcess, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	data, err := yaml.Marshal(cfg)
+	if err != nil {
+		return nil, err
+	}
+	path := filepath.Join(root, name+".yaml")
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		return nil, err
+	}
+	logs, err := os.Create(filepath.Join(root, name+".log"))
+	if err != nil {
+		return nil, err
+	}
+	c := exec.Command(exe, "run", "--config", path)
+	c.Stdout, c.Stderr = logs, logs
+	c.Env = append(os.Environ(), env...)
+	if err := c.Start(); err != nil {
+		logs.Close()
+		return nil, err
+	}
+	return &daemonProcess{cmd: c, logs: logs}, nil
+}
+
+// clusterAccuracy prints the soft-KNN top-1 of the quick MNIST setting
+// learned by one daemon (bench mnist) and by 2 and 3 workers.
+func clusterAccuracy(ctx context.Context, w io.Writer, root string, p config.Pipeline, dir string, nTrain, nTest int) error {
+	var single strings.Builder
+	if err := MNIST(ctx, &single, []string{"-mnist", dir, "-train", fmt.Sprint(nTrain), "-test", fmt.Sprint(nTest), "-k", fmt.Sprint(p.KMeans.Atoms)}); err != nil {
+		return err
+	}
+	for _, line := range strings.Split(single.String(), "\n") {
+		if v, ok := strings.CutPrefix(line, "top1: "); ok {
+			fmt.Fprintf(w, "cluster_top1_single: %s\n", v)
+		}
+	}
+	train, err := dataset.ReadMNIST(dir, "train")
+	if err != nil {
+		return err
+	}
+	test, err := dataset.ReadMNIST(dir, "t10k")
+	if err != nil {
+		return err
+	}
+	nTrain, nTest = min(nTrain, train.N), min(nTest, test.N)
+	for _, n := range []int{2, 3} {
+		r := &workerRun{root: filepath.Join(root, fmt.Sprintf("acc%d", n)), workers: n, p: p}
+		top1, err := r.top1(ctx, train, test, nTrain, nTest)
+		r.stop()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "cluster_top1_workers_%d: %.2f\n", n, 100*top1)
+	}
+	return nil
+}
+
+// top1 learns nTrain images twice with the run's workers, checkpoints,
+// embeds the training and test images through the daemons' endpoint and
+// returns the soft-KNN top-1.
+func (r *workerRun) top1(ctx context.Context, train, test *dataset.Images, nTrain, nTest int) (float64, error) {
+	if err := r.start(ctx); err != nil {
+		return 0, err
+	}
+	if _, err := r.learn(ctx, train, 0, nTrain, 2); err != nil {
+		return 0, err
+	}
+	nc, _, err := r.nats.Connect()
+	if err != nil {
+		return 0, err
+	}
+	defer nc.Close()
+	cfg := config.Default()
+	if _, err := nc.Request(cfg.Subject("control.checkpoint"), []byte(r.p.Name), 10*time.Minute); err != nil {
+		return 0, fmt.Errorf("bench cluster: checkpoint: %w", err)
+	}
+	// The workers answer queries from the newest checkpoint, which they
+	// load within an eighth of the lease TTL.
+	if err := wait(ctx, cfg.Cluster.LeaseTTL/2); err != nil {
+		return 0, err
+	}
+	trainX, err := embedAll(nc, cfg.EmbedSubject(r.p.Name), nTrain, func(s string, i int) *nats.Msg { return imageMsg(s, train, i) })
+	if err != nil {
+		return 0, err
+	}
+	testX, err := embedAll(nc, cfg.EmbedSubject(r.p.Name), nTest, func(s string, i int) *nats.Msg { return imageMsg(s, test, i) })
+	if err != nil {
+		return 0, err
+	}
+	return knnTop1(trainX, train, testX, test)
+}
