@@ -37,6 +37,7 @@ type imageModel struct {
 	// The SMT stage; smt is nil when it is off. stats is nil in snapshots
 	// (queries only embed).
 	smt        *sgd.SMT
+	smtRange   int // smt.context: neighbours within this many grid positions
 	stats      *sgd.Stats
 	pool       sgd.PoolSettings
 	solver     string
@@ -120,6 +121,7 @@ func newImageModel(p *config.Pipeline, src rand.Source) *imageModel {
 			VOnly:    p.SMT.Solver == config.SolverSGD, // the SGD step needs only V
 		})
 		m.smt = sgd.NewSMT(smtSettings(p, blank), src)
+		m.smtRange = p.SMT.Context
 		if p.Modality == config.Video {
 			m.frames = newFrameTracker(p.Video.MaxStreams, p.Video.Reorder, p.KMeans.Atoms)
 			m.frames.maxJump = uint64(p.Video.MaxFrameJump)
@@ -465,7 +467,7 @@ func (m *imageModel) snapshot() model {
 		white:     m.white.Clone(),
 		km:        m.km.Clone(),
 		code:      m.code, thresh: m.thresh, minNorm: m.minNorm, video: m.video,
-		pool: m.pool, solver: m.solver, solveEvery: m.solveEvery, drop: m.drop,
+		pool: m.pool, solver: m.solver, solveEvery: m.solveEvery, drop: m.drop, smtRange: m.smtRange,
 	}
 	if m.smt != nil {
 		s.smt = m.smt.Clone()

@@ -4,8 +4,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/smtd/smtd/config"
 	"github.com/smtd/smtd/online"
 )
 
@@ -22,12 +26,16 @@ import (
 //     the rows themselves while the dictionary is being seeded, merged by
 //     online.KMeans.Apply;
 //   - SMT: the f_vq code of every patch, from which the owner adds the
-//     spatial co-occurrences to the statistics and takes the SGD step (or
-//     the closed-form solve) exactly as a single daemon does.
+//     spatial co-occurrences to the statistics, and with the SGD solver
+//     the minibatch's gradient term (P L_b)ᵀ (sparse-manifold-transform
+//     eq. 5) computed with the version's P, which the owner sums over the
+//     step and steps with (sgd.SMT.StepGradient); the closed-form solver
+//     solves from the statistics on the owner.
 //
-// The costly part, scoring every whitened patch against every atom, is
-// the workers'; the owner's step costs O(K·dim) per contribution plus the
-// SMT statistics and step of the codes.
+// The costly parts, scoring every whitened patch against every atom and
+// the SMT gradient over every pair of neighbouring patches, are the
+// workers'; the owner's step costs O(K·dim) per contribution plus O(1)
+// per patch for the statistics.
 
 // imageContribution is one minibatch's contribution.
 type imageContribution struct {
@@ -35,6 +43,11 @@ type imageContribution struct {
 	white  online.WhitenContribution
 	km     online.KMeansContribution
 	codes  []int32 // f_vq code of every patch (−1: blank); nil without SMT
+	// The SGD solver's gradient term (P L_b)ᵀ, K×dim, over pairs pairs;
+	// stepped is false when no patch counted (no step).
+	grad    mat.Dense
+	pairs   int64
+	stepped bool
 }
 
 // errContribution reports a contribution that does not fit the model.
@@ -65,6 +78,9 @@ func (m *imageModel) contribute(batch []sample, src rand.Source, ahead int) ([]b
 		c.codes = make([]int32, len(m.assign))
 		for i, a := range m.assign {
 			c.codes[i] = int32(a)
+		}
+		if m.solver == config.SolverSGD {
+			c.pairs, c.stepped = m.smt.GradientImagesVQ(&c.grad, m.assign, len(batch), m.patcher.Grid, m.smtRange)
 		}
 		outs = m.embedded(batch)
 	}
@@ -111,8 +127,28 @@ func (m *imageModel) applyContributions(enc [][]byte) error {
 	if len(m.assign) != images*g.Len() {
 		panic("smtd: contribution codes checked above")
 	}
-	if err := m.learnSpatial(images); err != nil {
-		return err
+	m.stats.AddImagesVQ(m.assign, images, g)
+	if m.solver == config.SolverSGD {
+		// The gradients add up (sgd.SMT.GradientImagesVQ), in order.
+		var sum *mat.Dense
+		var pairs int64
+		for i := range cs {
+			if !cs[i].stepped {
+				continue
+			}
+			if sum == nil {
+				sum = &cs[i].grad
+			} else {
+				sum.Add(sum, &cs[i].grad)
+			}
+			pairs += cs[i].pairs
+		}
+		if sum != nil {
+			m.yield()
+			if err := m.smt.StepGradient(m.stats, sum, pairs); err != nil {
+				return err
+			}
+		}
 	}
 	m.yield()
 	return m.solveOnSchedule()
@@ -136,6 +172,11 @@ func (m *imageModel) fits(c *imageContribution) error {
 	}
 	if len(c.codes) != c.images*g.Len() {
 		return fmt.Errorf("%w: %d codes for %d images of %d patches", errContribution, len(c.codes), c.images, g.Len())
+	}
+	if c.stepped {
+		if r, cols := c.grad.Dims(); m.solver != config.SolverSGD || r != m.smt.Size() || cols != m.smt.Settings().Dim || c.pairs < 0 {
+			return fmt.Errorf("%w: an SMT gradient of %dx%d, want %dx%d with the sgd solver", errContribution, r, cols, m.smt.Size(), m.smt.Settings().Dim)
+		}
 	}
 	for _, a := range c.codes {
 		if a < -1 || int(a) >= k.K {
@@ -167,7 +208,89 @@ func (c *imageContribution) encode() []byte {
 	for _, a := range c.codes {
 		b = binary.AppendUvarint(b, uint64(a+1))
 	}
+	return c.appendGradient(b)
+}
+
+// appendGradient writes the SMT gradient: stepped (0 or 1), and if 1 the
+// pairs, K, dim, the number of non-zero rows and each as its index and
+// dim float64s.
+func (c *imageContribution) appendGradient(b []byte) []byte {
+	if !c.stepped {
+		return append(b, 0)
+	}
+	b = append(b, 1)
+	r, dim := c.grad.Dims()
+	b = binary.AppendUvarint(b, uint64(c.pairs))
+	b = binary.AppendUvarint(b, uint64(r))
+	b = binary.AppendUvarint(b, uint64(dim))
+	raw := c.grad.RawMatrix()
+	nz := 0
+	for i := range r {
+		if !allZero(raw.Data[i*raw.Stride : i*raw.Stride+dim]) {
+			nz++
+		}
+	}
+	b = binary.AppendUvarint(b, uint64(nz))
+	for i := range r {
+		row := raw.Data[i*raw.Stride : i*raw.Stride+dim]
+		if allZero(row) {
+			continue
+		}
+		b = binary.AppendUvarint(b, uint64(i))
+		for _, v := range row {
+			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
+		}
+	}
 	return b
+}
+
+func allZero(s []float64) bool {
+	for _, v := range s {
+		if v != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// readGradient reads what appendGradient wrote.
+func (c *imageContribution) readGradient(r *byteReader) error {
+	flag := r.take(1)
+	if r.err != nil || flag[0] > 1 {
+		return fmt.Errorf("%w: gradient", errContribution)
+	}
+	c.stepped = flag[0] == 1
+	c.grad.Reset()
+	if !c.stepped {
+		return nil
+	}
+	pairs, rows, dim, nz := r.uvarint(), r.uvarint(), r.uvarint(), r.uvarint()
+	if r.err != nil || pairs > 1<<62 || rows == 0 || dim == 0 || rows > 1<<20 || dim > 1<<12 || nz > rows || nz*dim*8 > uint64(len(r.b)) {
+		return fmt.Errorf("%w: gradient shape", errContribution)
+	}
+	c.pairs = int64(pairs)
+	c.grad.ReuseAs(int(rows), int(dim))
+	c.grad.Zero()
+	prev := -1
+	for range nz {
+		i := r.uvarint()
+		if r.err != nil || i >= rows || int(i) <= prev {
+			return fmt.Errorf("%w: gradient rows", errContribution)
+		}
+		prev = int(i)
+		row := c.grad.RawRowView(int(i))
+		data := r.take(8 * int(dim))
+		if r.err != nil {
+			return fmt.Errorf("%w: gradient truncated", errContribution)
+		}
+		for j := range row {
+			row[j] = math.Float64frombits(binary.LittleEndian.Uint64(data[8*j:]))
+			if math.IsNaN(row[j]) || math.IsInf(row[j], 0) {
+				return fmt.Errorf("%w: gradient not finite", errContribution)
+			}
+		}
+	}
+	return nil
 }
 
 func (c *imageContribution) decode(b []byte) error {
@@ -193,6 +316,9 @@ func (c *imageContribution) decode(b []byte) error {
 			return fmt.Errorf("%w: codes", errContribution)
 		}
 		c.codes = append(c.codes, int32(v)-1)
+	}
+	if err := c.readGradient(&r); err != nil {
+		return err
 	}
 	if len(r.b) != 0 {
 		return fmt.Errorf("%w: %d trailing bytes", errContribution, len(r.b))
@@ -226,6 +352,15 @@ func (r *byteReader) uvarint() uint64 {
 func (r *byteReader) bytes() []byte {
 	n := r.uvarint()
 	if r.err != nil || n > uint64(len(r.b)) {
+		r.err = errContribution
+		return nil
+	}
+	return r.take(int(n))
+}
+
+// take returns the next n bytes.
+func (r *byteReader) take(n int) []byte {
+	if r.err != nil || n > len(r.b) {
 		r.err = errContribution
 		return nil
 	}

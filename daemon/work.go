@@ -211,6 +211,9 @@ func (o *workOwner) subscribe(ctx context.Context) error {
 		{"model.get", forward(o.gets)},
 		{"done", func(m *nats.Msg) {
 			if whole := asm.add(m); whole != nil {
+				// Received whole: the worker goes on; the owner's loop
+				// decides whether it takes the contribution.
+				whole.Respond([]byte("ok"))
 				select { // blocks the subscription, not the owner
 				case o.results <- whole:
 				case <-ctx.Done():
@@ -374,34 +377,23 @@ func (o *workOwner) handOut() {
 // owner's, already has one, or was coded with a version it must not be.
 func (o *workOwner) accept(m *nats.Msg) {
 	var meta workMeta
-	reply := func(err error) {
-		if m.Reply != "" {
-			if err != nil {
-				m.Respond([]byte(err.Error()))
-			} else {
-				m.Respond([]byte("ok"))
-			}
-		}
-	}
+	log := o.pl.log.Debug()
 	if err := json.Unmarshal([]byte(m.Header.Get(headerWork)), &meta); err != nil {
-		reply(fmt.Errorf("bad %s header: %w", headerWork, err))
+		log.Err(err).Msg("worker mode: a contribution without its " + headerWork + " header")
 		return
 	}
 	t := o.byID[meta.Task]
 	switch {
 	case meta.Epoch != o.epoch || t == nil:
-		reply(errors.New("not a task of this owner"))
-		return
+		log.Uint64("task", meta.Task).Uint64("epoch", meta.Epoch).Msg("worker mode: a contribution to a task not of this owner")
 	case t.result != nil:
-		reply(nil) // another worker was first
-		return
+		// Another worker was first.
 	case meta.Version < t.Version || (t.Exact && meta.Version != t.Version):
-		reply(fmt.Errorf("coded with version %d, the task needs %d", meta.Version, t.Version))
+		log.Uint64("task", meta.Task).Uint64("version", meta.Version).Uint64("needs", t.Version).Msg("worker mode: a contribution coded with another version; handing the task out again")
 		t.sent = time.Time{}
-		return
+	default:
+		t.result, t.meta = m.Data, meta
 	}
-	t.result, t.meta = m.Data, meta
-	reply(nil)
 }
 
 // applyReady applies, in order, the steps whose tasks are all back.
@@ -741,16 +733,42 @@ func (d *Daemon) runWorker(ctx context.Context, pl, main *pipeline) {
 	}
 	defer sub.Unsubscribe()
 	pl.log.Info().Msg("worker mode: working for the pipeline's owner")
-	for ctx.Err() == nil {
-		if l := main.lease.Load(); !pl.cfg.Workers.OnOwner && l != nil && l.Owner == w.self {
-			sleep(ctx, 100*time.Millisecond)
-			continue
+	// The next task is asked for while one is coded, so that a worker
+	// never waits for the owner between two.
+	tasks := make(chan *workTask)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer close(tasks)
+		for ctx.Err() == nil {
+			if l := main.lease.Load(); !pl.cfg.Workers.OnOwner && l != nil && l.Owner == w.self {
+				sleep(ctx, 100*time.Millisecond)
+				continue
+			}
+			t, err := w.request(ctx)
+			if err != nil {
+				if ctx.Err() == nil {
+					pl.log.Debug().Err(err).Msg("worker mode: asking for a task")
+					sleep(ctx, 100*time.Millisecond)
+				}
+				continue
+			}
+			if t == nil {
+				continue
+			}
+			select {
+			case tasks <- t:
+			case <-ctx.Done():
+			}
 		}
-		if err := w.work(ctx); err != nil && ctx.Err() == nil {
-			pl.log.Debug().Err(err).Msg("worker mode")
-			sleep(ctx, 100*time.Millisecond)
+	}()
+	for t := range tasks {
+		if err := w.work(ctx, t); err != nil && ctx.Err() == nil {
+			pl.log.Debug().Err(err).Uint64("task", t.ID).Msg("worker mode")
 		}
 	}
+	wg.Wait()
 }
 
 func sleep(ctx context.Context, d time.Duration) {
@@ -861,7 +879,7 @@ func (w *worker) ask(ctx context.Context, version uint64) {
 }
 
 // work asks the owner for a task and does it.
-func (w *worker) work(ctx context.Context) error {
+func (w *worker) request(ctx context.Context) (*workTask, error) {
 	d, pl := w.d, w.pl
 	req := nats.NewMsg(d.workSubject(pl.name, "task"))
 	req.Header.Set(HeaderDaemon, w.self)
@@ -869,21 +887,27 @@ func (w *worker) work(ctx context.Context) error {
 	r, err := d.nc.RequestMsgWithContext(rctx, req)
 	cancel()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if len(r.Data) == 0 {
-		return nil // no task now
+		return nil, nil // no task now
 	}
-	var t workTask
-	if err := json.Unmarshal(r.Data, &t); err != nil {
-		return fmt.Errorf("smtd: a task that does not decode: %w", err)
+	t := new(workTask)
+	if err := json.Unmarshal(r.Data, t); err != nil {
+		return nil, fmt.Errorf("smtd: a task that does not decode: %w", err)
 	}
-	model, version, err := w.model(ctx, &t)
+	return t, nil
+}
+
+// work codes a task and sends its contribution.
+func (w *worker) work(ctx context.Context, t *workTask) error {
+	d, pl := w.d, w.pl
+	model, version, err := w.model(ctx, t)
 	if err != nil {
 		return err
 	}
 	meta := workMeta{Task: t.ID, Epoch: t.Epoch, Daemon: w.self, Version: version}
-	batch, err := w.fetch(ctx, &t, &meta)
+	batch, err := w.fetch(ctx, t, &meta)
 	if err != nil {
 		return err
 	}
@@ -906,7 +930,7 @@ func (w *worker) work(ctx context.Context) error {
 		return fmt.Errorf("smtd: sending a contribution: %w", err)
 	}
 	if s := string(reply.Data); s != "ok" {
-		pl.log.Debug().Str("reply", s).Uint64("task", t.ID).Msg("worker mode: contribution not taken")
+		return fmt.Errorf("smtd: contribution refused: %s", s)
 	}
 	return nil
 }

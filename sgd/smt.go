@@ -334,6 +334,45 @@ func (m *SMT) startGradient() {
 	m.gt.Zero()
 }
 
+// GradientImagesVQ computes what StepImagesVQ steps with, without
+// stepping: the gradient term (P L_b)ᵀ of a minibatch of images coded by
+// f_vq, with neighbours within rangeD grid positions (the statistics'
+// Range; 0: the whole image), written into dst (resized to K×Dim), and
+// the number of pairs it sums over. ok is false when no row of the
+// minibatch counts (StepImagesVQ would not step). Gradients of several
+// minibatches computed with the same P add up: StepGradient then takes
+// the step of their union.
+func (m *SMT) GradientImagesVQ(dst *mat.Dense, codes []int, images int, grid online.PatchGrid, rangeD int) (pairs int64, ok bool) {
+	m.seg = imageSegments(m.seg, len(codes), images, grid)
+	m.c.fromVQ(codes, m.s.K, m.s.Blank)
+	if m.c.counted == 0 {
+		return 0, false
+	}
+	pairs = m.gradient(rangeD)
+	if r, c := dst.Dims(); dst.IsEmpty() || r != m.n || c != m.s.Dim {
+		dst.Reset()
+		dst.ReuseAs(m.n, m.s.Dim)
+	}
+	dst.Copy(m.gt)
+	return pairs, true
+}
+
+// StepGradient takes the SGD step of sparse-manifold-transform eq. 5
+// (steps 1-3 of StepImagesVQ) from a gradient term g = (P L_b)ᵀ (K×Dim)
+// summed over the given number of pairs, as GradientImagesVQ computes it.
+// Add the minibatches to st first. It returns a *StepError, leaving P
+// unchanged, as StepImagesVQ does, and panics with mat.ErrShape if g is
+// not K×Dim.
+func (m *SMT) StepGradient(st *Stats, g mat.Matrix, pairs int64) error {
+	m.checkStats(st)
+	if r, c := g.Dims(); r != m.n || c != m.s.Dim {
+		panic(mat.ErrShape)
+	}
+	m.startGradient()
+	m.gt.Copy(g)
+	return m.finishStep(st, pairs)
+}
+
 // stepGrid computes P L_b for the grids m.seg of the codes m.c and steps.
 func (m *SMT) stepGrid(st *Stats) error {
 	c := &m.c
@@ -343,6 +382,13 @@ func (m *SMT) stepGrid(st *Stats) error {
 	if !c.oneHot && !st.s.MultiHot {
 		panic("sgd: multi-hot codes need StatsSettings.MultiHot")
 	}
+	return m.finishStep(st, m.gradient(st.s.Range))
+}
+
+// gradient computes (P L_b)ᵀ into m.gt for the grids m.seg of the codes
+// m.c, neighbours within range d, and returns the number of pairs.
+func (m *SMT) gradient(d int) int64 {
+	c := &m.c
 	m.startGradient()
 	dim := m.s.Dim
 	pr := m.pt.RawMatrix()
@@ -368,14 +414,13 @@ func (m *SMT) stepGrid(st *Stats) error {
 	m.cnt = grow(m.cnt, m.n)
 	var cols int64
 	for _, sg := range m.seg {
-		d := st.s.Range
 		if d == 0 || d >= max(sg.rows, sg.cols)-1 {
 			cols += m.gradWhole(sg, beta)
 		} else {
 			cols += m.gradWindow(sg, d, beta)
 		}
 	}
-	return m.finishStep(st, cols)
+	return cols
 }
 
 // gradWindow adds Σ (β_i − β_j)(α_i − α_j)ᵀ over the pairs of neighbours

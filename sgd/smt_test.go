@@ -269,3 +269,52 @@ func TestSMTSettings(t *testing.T) {
 		t.Error("changing Dim live was accepted")
 	}
 }
+
+// A step from a gradient computed apart (GradientImagesVQ, as a worker
+// computes it) is StepImagesVQ bit for bit, and the gradients of two
+// minibatches added step like their union.
+func TestSMTStepGradientEqualsStep(t *testing.T) {
+	grid := online.PatchGrid{Width: 9, Height: 9, Size: 3}
+	rng := rand.New(rand.NewPCG(29, 30))
+	st := sgd.NewStats(sgd.StatsSettings{K: 10, Range: 2})
+	s := sgd.SMTSettings{K: 10, Dim: 4, LearningRate: 0.05, Decay: 0.1, Gamma1: 0.01}
+	a := sgd.NewSMT(s, rand.NewPCG(9, 10))
+	b := a.Clone()
+	var g mat.Dense
+	for i := 0; i < 4; i++ {
+		codes := randomVQ(rng, 2*grid.Len(), 10, 0.2)
+		st.AddImagesVQ(codes, 2, grid)
+		if err := a.StepImagesVQ(st, codes, 2, grid); err != nil {
+			t.Fatal(err)
+		}
+		pairs, ok := b.GradientImagesVQ(&g, codes, 2, grid, 2)
+		if !ok {
+			t.Fatal("no row counted")
+		}
+		if err := b.StepGradient(st, &g, pairs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	da, _ := a.MarshalBinary()
+	db, _ := b.MarshalBinary()
+	if !bytes.Equal(da, db) {
+		t.Fatal("StepGradient differs from StepImagesVQ")
+	}
+
+	c1, c2 := randomVQ(rng, 2*grid.Len(), 10, 0.2), randomVQ(rng, 2*grid.Len(), 10, 0.2)
+	union := append(append([]int(nil), c1...), c2...)
+	st.AddImagesVQ(union, 4, grid)
+	var g2 mat.Dense
+	p1, _ := b.GradientImagesVQ(&g, c1, 2, grid, 2)
+	p2, _ := b.GradientImagesVQ(&g2, c2, 2, grid, 2)
+	g.Add(&g, &g2)
+	if err := b.StepGradient(st, &g, p1+p2); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.StepImagesVQ(st, union, 4, grid); err != nil {
+		t.Fatal(err)
+	}
+	if !mat.EqualApprox(a.P(), b.P(), 1e-12) {
+		t.Error("summed gradients step unlike their union")
+	}
+}
