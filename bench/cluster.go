@@ -53,6 +53,7 @@ func Cluster(ctx context.Context, w io.Writer, args []string) error {
 	maxWorkers := fs.Int("workers", 3, "throughput runs with 1..N worker processes")
 	atoms := fs.Int("k", 4096, "dictionary size K")
 	merge := fs.Int("merge", 4, "workers.merge: minibatches per learning step")
+	batch := fs.Int("batch", 32, "batch.size: images per minibatch (a contribution's size hardly depends on it)")
 	staleness := fs.Int("staleness", 1, "workers.staleness τ")
 	accuracy := fs.Bool("accuracy", false, "also compare quick-MNIST accuracy: one daemon, 2 and 3 workers")
 	accTrain := fs.Int("accuracy-train", 5000, "-accuracy: training images (two passes)")
@@ -78,32 +79,21 @@ func Cluster(ctx context.Context, w io.Writer, args []string) error {
 		defer os.RemoveAll(root)
 	}
 	p := mnistPipeline(*atoms)
+	p.Batch.Size = *batch
 	p.Workers.Merge, p.Workers.Staleness = *merge, *staleness
 	var last *workerRun
+	timed := min(*nTrain, train.N-*warmup)
 	for n := 1; n <= *maxWorkers; n++ {
 		r := &workerRun{root: filepath.Join(root, fmt.Sprintf("w%d", n)), workers: n, p: p}
-		if err := r.start(ctx); err != nil {
-			r.stop()
-			return err
-		}
-		n := min(*nTrain, train.N-*warmup)
-		_, err := r.learn(ctx, train, 0, *warmup, 1)
-		var secs float64
-		if err == nil {
-			secs, err = r.learn(ctx, train, *warmup, n, 1)
-		}
-		if err == nil {
-			err = r.measure()
-		}
-		if err != nil {
-			r.stop()
-			return err
-		}
+		secs, err := r.throughput(ctx, train, *warmup, timed)
 		r.stop()
-		fmt.Fprintf(w, "cluster_workers_%d_images_per_s: %.1f\n", n, float64(n)/secs)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "cluster_workers_%d_images_per_s: %.1f\n", n, float64(timed)/secs)
 		last = r
 	}
-	per := 1000 / float64(min(*nTrain, train.N-*warmup))
+	per := 1000 / float64(timed)
 	fmt.Fprintf(w, "cluster_owner_cpu_seconds_per_1000_images: %.3f\n", last.ownerCPU*per)
 	fmt.Fprintf(w, "cluster_workers_cpu_seconds_per_1000_images: %.3f\n", last.workersCPU*per)
 	fmt.Fprintf(w, "cluster_owner_mib_per_1000_images: %.2f\n", float64(last.ownerBytes)*per/(1<<20))
@@ -186,6 +176,21 @@ func (r *workerRun) start(ctx context.Context) error {
 		_, err = js.Stream(sctx, p.StreamName())
 		return err == nil
 	})
+}
+
+// throughput starts the run, learns warmup images, then times the next n.
+func (r *workerRun) throughput(ctx context.Context, train *dataset.Images, warmup, n int) (float64, error) {
+	if err := r.start(ctx); err != nil {
+		return 0, err
+	}
+	if _, err := r.learn(ctx, train, 0, warmup, 1); err != nil {
+		return 0, err
+	}
+	secs, err := r.learn(ctx, train, warmup, n, 1)
+	if err != nil {
+		return 0, err
+	}
+	return secs, r.measure()
 }
 
 // learn publishes images from..from+n−1 passes times and returns the

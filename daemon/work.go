@@ -159,6 +159,9 @@ func (pl *pipeline) runWorkers(ctx context.Context) {
 		}
 		o.drain()
 		o.applyReady(ctx)
+		// What arrived during a long step (the dictionary's seeding) is
+		// taken before any task is judged late.
+		o.drain()
 		o.handOut()
 		if o.canRead() {
 			o.read(ctx)
@@ -708,18 +711,26 @@ type worker struct {
 	self string
 
 	mu       sync.Mutex
-	versions map[workVersion]*imageModel
+	versions map[workVersion]*heldVersion
 	arrived  chan struct{} // closed and replaced when a version arrives
 	stream   jetstream.Stream
 }
 
 type workVersion struct{ epoch, version uint64 }
 
+// heldVersion is a model version as the owner sent it, decoded the first
+// time a task needs it (a worker that is not asked to code with a
+// version never pays for decoding it).
+type heldVersion struct {
+	secs  []Section
+	model *imageModel
+}
+
 // runWorker works for the owner of main, with pl (a pipeline of its own)
 // until ctx is done. While this daemon owns main and workers.on_owner is
 // false, it does not ask for tasks.
 func (d *Daemon) runWorker(ctx context.Context, pl, main *pipeline) {
-	w := &worker{d: d, pl: pl, base: pl.model.(*imageModel), versions: map[workVersion]*imageModel{}, arrived: make(chan struct{})}
+	w := &worker{d: d, pl: pl, base: pl.model.(*imageModel), versions: map[workVersion]*heldVersion{}, arrived: make(chan struct{})}
 	w.self = d.cluster.self.Name
 	var asm assembly
 	sub, err := d.nc.Subscribe(d.workSubject(pl.name, "model"), func(m *nats.Msg) {
@@ -765,7 +776,7 @@ func (d *Daemon) runWorker(ctx context.Context, pl, main *pipeline) {
 	}()
 	for t := range tasks {
 		if err := w.work(ctx, t); err != nil && ctx.Err() == nil {
-			pl.log.Debug().Err(err).Uint64("task", t.ID).Msg("worker mode")
+			pl.log.Warn().Err(err).Uint64("task", t.ID).Msg("worker mode: the task failed; the owner hands it out again after workers.task_timeout")
 		}
 	}
 	wg.Wait()
@@ -789,15 +800,13 @@ func (w *worker) store(m *nats.Msg) {
 		w.pl.log.Warn().Err(err).Msg("worker mode: a model that does not decode")
 		return
 	}
-	model, err := w.base.withWorkerSections(secs)
-	if err != nil {
-		w.pl.log.Warn().Err(err).Msg("worker mode: a model that does not decode")
-		return
-	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	key := workVersion{epoch, version}
-	w.versions[key] = model
+	if _, ok := w.versions[key]; ok {
+		return
+	}
+	w.versions[key] = &heldVersion{secs: secs}
 	keep := uint64(w.pl.cfg.Workers.Staleness + 2)
 	for k := range w.versions {
 		if k.epoch < epoch || k.version+keep < version {
@@ -816,20 +825,31 @@ func (w *worker) model(ctx context.Context, t *workTask) (*imageModel, uint64, e
 	asked := false
 	for {
 		w.mu.Lock()
-		var best *imageModel
+		var best *heldVersion
 		var bestV uint64
-		for k, m := range w.versions {
+		for k, h := range w.versions {
 			if k.epoch != t.Epoch || k.version < t.Version || (t.Exact && k.version != t.Version) {
 				continue
 			}
 			if best == nil || k.version > bestV {
-				best, bestV = m, k.version
+				best, bestV = h, k.version
 			}
 		}
 		arrived := w.arrived
 		w.mu.Unlock()
 		if best != nil {
-			return best, bestV, nil
+			// Only this goroutine decodes and reads the models.
+			if best.model == nil {
+				m, err := w.base.withWorkerSections(best.secs)
+				if err != nil {
+					w.mu.Lock()
+					delete(w.versions, workVersion{t.Epoch, bestV})
+					w.mu.Unlock()
+					return nil, 0, fmt.Errorf("smtd: model version %d does not decode: %w", bestV, err)
+				}
+				best.model, best.secs = m, nil
+			}
+			return best.model, bestV, nil
 		}
 		if time.Now().After(deadline) {
 			return nil, 0, fmt.Errorf("smtd: no model version %d of epoch %d", t.Version, t.Epoch)
