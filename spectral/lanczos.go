@@ -226,6 +226,7 @@ func Smallest(op Operator, nev int, s LanczosSettings, src rand.Source) (Lanczos
 	var eig mat.EigenSym
 	var sv mat.Dense
 	var kept []float64 // restart workspace, kk×n
+	tuData := make([]float64, m*m)
 	anorm := 0.0
 	k := 0 // basis vectors kept from the last restart
 	for {
@@ -261,7 +262,7 @@ func Smallest(op Operator, nev int, s LanczosSettings, src rand.Source) (Lanczos
 		}
 
 		// Rayleigh–Ritz on the basis.
-		tu := mat.NewSymDense(used, nil)
+		tu := mat.NewSymDense(used, tuData[:used*used])
 		for i := 0; i < used; i++ {
 			for j := i; j < used; j++ {
 				tu.SetSym(i, j, t.At(i, j))
@@ -283,7 +284,7 @@ func Smallest(op Operator, nev int, s LanczosSettings, src rand.Source) (Lanczos
 		}
 		if done || res.Applies >= maxApply || used < m {
 			res.Values = theta[:nev]
-			res.Vectors = ritz(q, n, used, &sv, nev)
+			res.Vectors = ritz(kept, q, n, used, &sv, nev)
 			if !done && used >= m {
 				worst := 0.0
 				for _, r := range res.Residuals {
@@ -322,11 +323,13 @@ func Smallest(op Operator, nev int, s LanczosSettings, src rand.Source) (Lanczos
 }
 
 // ritz returns the first c Ritz vectors Q_{<used}ᵀ S_{:,<c} as the columns
-// of an n×c matrix.
-func ritz(q []float64, n, used int, s *mat.Dense, c int) *mat.Dense {
-	y := make([]float64, c*n)
-	ritzRows(y, q, n, used, s, c)
-	return mat.DenseCopyOf(mat.NewDense(c, n, y).T())
+// of an n×c matrix, formed as rows in work if it holds c·n values.
+func ritz(work, q []float64, n, used int, s *mat.Dense, c int) *mat.Dense {
+	if len(work) < c*n {
+		work = make([]float64, c*n)
+	}
+	ritzRows(work[:c*n], q, n, used, s, c)
+	return mat.DenseCopyOf(mat.NewDense(c, n, work[:c*n]).T())
 }
 
 // ritzRows writes into the c×n row-major dst the first c Ritz vectors as
