@@ -471,22 +471,32 @@ type WordVectors struct {
 func NewWordVectors(p mat.Matrix) *WordVectors {
 	dim, n := p.Dims()
 	wv := &WordVectors{unit: mat.NewDense(n, dim, nil), used: make([]bool, n)}
+	written := wv.used // rows that may be non-zero; used is set below
 	if pd, ok := p.(*mat.Dense); ok {
 		// The transpose row by row of p, skipping the zero entries of
 		// the unused slots: Copy(p.T()) goes through At for each of the
-		// dim·n entries.
+		// dim·n entries. The rows of the unused slots are not touched,
+		// here or below, so their fresh pages need not be mapped.
 		raw, ur := pd.RawMatrix(), wv.unit.RawMatrix()
 		for r := range dim {
 			for a, x := range raw.Data[r*raw.Stride : r*raw.Stride+n] {
 				if x != 0 {
 					ur.Data[a*ur.Stride+r] = x
+					written[a] = true
 				}
 			}
 		}
 	} else {
 		wv.unit.Copy(p.T())
+		for a := range written {
+			written[a] = true
+		}
 	}
 	for a := range n {
+		if !written[a] {
+			continue
+		}
+		written[a] = false
 		row := wv.unit.RawRowView(a)
 		s := 0.0
 		for _, x := range row {
