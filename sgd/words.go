@@ -154,7 +154,13 @@ type WordStats struct {
 
 	evicted map[int]int // workspaces of AssignIDs
 	slots   []int
+
+	keys  []uint64 // pairs of Add waiting for addPairs
+	touch uint64   // sink of the loads that fetch their slots early
 }
+
+// pairBatch is the number of pairs addPairs takes at a time.
+const pairBatch = 32
 
 // wordPair is a slot of the pair table: key = a<<32 | b with a < b (so 0
 // marks an empty slot), w the stored weight C_ab, born the reset clock
@@ -398,6 +404,7 @@ func (ws *WordStats) Add(ids []int, lengths []int) {
 	inv := 1 / ws.g
 	win := ws.s.window()
 	var pairs int64
+	keys := ws.keys[:0]
 	first := 0
 	for _, l := range lengths {
 		sent := ids[first : first+l]
@@ -413,11 +420,16 @@ func (ws *WordStats) Add(ids []int, lengths []int) {
 				}
 				pairs++
 				if a != b {
-					ws.addPair(a, b, inv)
+					if keys = append(keys, pairKey(a, b)); len(keys) == pairBatch {
+						ws.addPairs(keys, inv)
+						keys = keys[:0]
+					}
 				}
 			}
 		}
 	}
+	ws.addPairs(keys, inv)
+	ws.keys = keys[:0]
 	ws.w += float64(counted) * inv
 	ws.wp += float64(pairs) * inv
 	ws.tokens += int64(counted)
@@ -485,9 +497,29 @@ func (ws *WordStats) stale(p *wordPair) bool {
 	return p.born < ws.resetAt[a] || p.born < ws.resetAt[b]
 }
 
-// addPair adds inc to the stored C_ab, a ≠ b.
-func (ws *WordStats) addPair(a, b int, inc float64) {
-	key := pairKey(a, b)
+// addPairs adds inc to the stored C_ab of each key, in order. The home
+// slots of the batch are loaded first, one independent load each: in a
+// table of tens of MiB each is a cache miss, and these misses overlap,
+// while those of the probes, behind the comparisons of the previous
+// pair, would come one after another. The order of the additions, and
+// so the table, is unchanged; the ingest of the Brown corpus (`smtd
+// bench words`) went from 0.59 to 0.52 s, BenchmarkWordStatsAdd from 1.8
+// to 1.5 ms a minibatch.
+func (ws *WordStats) addPairs(keys []uint64, inc float64) {
+	if m := len(ws.tab) - 1; m > 0 {
+		t := ws.touch
+		for _, key := range keys {
+			t += ws.tab[int(mix(key)>>(64-ws.bits))&m].key
+		}
+		ws.touch = t
+	}
+	for _, key := range keys {
+		ws.addPair(key, inc)
+	}
+}
+
+// addPair adds inc to the stored C_ab of key = pairKey(a, b), a ≠ b.
+func (ws *WordStats) addPair(key uint64, inc float64) {
 	if len(ws.tab) == 0 {
 		ws.rehash(min(1024, ws.s.maxSlots()))
 	}
