@@ -231,7 +231,9 @@ func (ws *WordStats) Batches() int64 { return ws.batches }
 // included, at most MaxPairs.
 func (ws *WordStats) StoredPairs() int { return ws.used }
 
-// TableBytes returns the memory of the pair table, 24 bytes a slot.
+// TableBytes returns the memory of the pair table, 24 bytes a slot. Its
+// array may reserve room for up to two doublings more (at most the
+// largest table MaxPairs allows), which stays unmapped until used.
 func (ws *WordStats) TableBytes() int { return 24 * len(ws.tab) }
 
 // Prunes returns the number of times the pair table was pruned.
