@@ -2,10 +2,13 @@ package bench
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
+	"hash/fnv"
 	"io"
+	"math"
 	"path/filepath"
 	"strings"
 	"time"
@@ -43,6 +46,9 @@ const DefaultNeighbourQueries = "monday,june,three,red,mother,water,church,presi
 //     to usable embeddings (ingest, solve and the neighbour index);
 //   - words_eigenvalue_first, words_eigenvalue_last: the generalized
 //     eigenvalues of the first and last embedding rows;
+//   - words_embeddings_fnv64a: the FNV-1a hash of the bits of P, row by
+//     row, to check that two runs (or two builds) give bit-identical
+//     embeddings;
 //   - neighbours_WORD: the -k nearest words by cosine of each -queries
 //     word, most similar first (a word outside the vocabulary prints
 //     "(not embedded)");
@@ -164,6 +170,7 @@ func Words(ctx context.Context, w io.Writer, args []string) error {
 	fmt.Fprintf(w, "words_first_token_to_embeddings_seconds: %.2f\n", ready.Seconds())
 	fmt.Fprintf(w, "words_eigenvalue_first: %.4g\n", res.Values[0])
 	fmt.Fprintf(w, "words_eigenvalue_last: %.4g\n", res.Values[len(res.Values)-1])
+	fmt.Fprintf(w, "words_embeddings_fnv64a: %016x\n", embeddingsHash(&p))
 
 	var names []string
 	var qids []int
@@ -222,4 +229,19 @@ func Words(ctx context.Context, w io.Writer, args []string) error {
 		}
 	}
 	return nil
+}
+
+// embeddingsHash returns the 64-bit FNV-1a hash of the IEEE 754 bits of
+// p's entries, row by row, each little-endian.
+func embeddingsHash(p *mat.Dense) uint64 {
+	h := fnv.New64a()
+	r, c := p.Dims()
+	var b [8]byte
+	for i := range r {
+		for _, x := range p.RawRowView(i)[:c] {
+			binary.LittleEndian.PutUint64(b[:], math.Float64bits(x))
+			h.Write(b[:])
+		}
+	}
+	return h.Sum64()
 }
