@@ -130,6 +130,12 @@ func Send(ctx context.Context, nc *nats.Conn, subject string, src Source, opts O
 			settle(context.Background(), 0)
 			return res, err
 		}
+		// settle may return with ctx done when an acknowledgement was
+		// ready too: nothing new is published once ctx is done.
+		if err := ctx.Err(); err != nil {
+			settle(context.Background(), 0)
+			return res, err
+		}
 		m := &nats.Msg{Subject: subject, Header: it.Header, Data: it.Data}
 		f, err := js.PublishMsgAsync(m)
 		if err != nil {
