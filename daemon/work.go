@@ -54,8 +54,13 @@ import (
 // from a source seeded by the pipeline's seed and the task's first
 // sequence, so that a task coded twice contributes the same.
 const (
-	workTaskWait = 2 * time.Second // how long a worker's request for a task waits
-	workParkFor  = time.Second     // how long the owner holds a request while it has no task
+	// A worker's request for a task waits workTaskWait; the owner answers
+	// only requests younger than workParkFor (with no task once they are
+	// that old), so that a task is never handed to a worker that has
+	// stopped waiting for it, even when a long step (the dictionary's
+	// seeding) kept the owner from answering for a while.
+	workTaskWait = 5 * time.Second
+	workParkFor  = time.Second
 	workPoll     = 5 * time.Millisecond
 )
 
@@ -119,6 +124,9 @@ type workOwner struct {
 	results  chan *nats.Msg
 	gets     chan *nats.Msg
 	subs     []*nats.Subscription
+	// lastRead is the last sequence read; gapAfter, the sequence after
+	// which a hole in them was last read again (see gap).
+	lastRead, gapAfter uint64
 }
 
 type parkedRequest struct {
@@ -131,7 +139,7 @@ type parkedRequest struct {
 func (pl *pipeline) runWorkers(ctx context.Context) {
 	defer pl.in.stop()
 	o := &workOwner{
-		pl: pl, start: pl.version, byID: map[uint64]*workTask{},
+		pl: pl, start: pl.version, byID: map[uint64]*workTask{}, lastRead: pl.lastSeq,
 		requests: make(chan *nats.Msg, 256), gets: make(chan *nats.Msg, 64), results: make(chan *nats.Msg, 256),
 	}
 	if pl.term != nil {
@@ -286,6 +294,9 @@ func (o *workOwner) read(ctx context.Context) {
 	}
 	pl.inputFine()
 	pl.stats.backlog.Store(pl.in.backlog())
+	if o.gap(ctx, msgs) {
+		return
+	}
 	n := len(o.steps)
 	if len(msgs) == 0 {
 		// The input paused: close a partial step so that it is applied.
@@ -308,6 +319,7 @@ func (o *workOwner) read(ctx context.Context) {
 		t.Seqs = append(t.Seqs, m.seq)
 	}
 	s.last = msgs[len(msgs)-1]
+	o.lastRead = s.last.seq
 	if len(t.Seqs) > 0 {
 		s.tasks = append(s.tasks, t)
 		o.byID[t.ID] = t
@@ -315,6 +327,42 @@ func (o *workOwner) read(ctx context.Context) {
 	if len(s.tasks) >= pl.cfg.Workers.Merge || (len(msgs) < pl.cfg.Batch.Size && !det) {
 		s.closed = true
 	}
+}
+
+// gap finds a hole in the sequences read, as a delivery lost while the
+// server restarts leaves (see pipeline.deliveryGap): acknowledging the
+// step after it would acknowledge the missing messages, unread. The first
+// time a hole follows a given sequence, the steps in flight are dropped
+// (their contributions will find no task) and the consumer is created
+// again right after the last applied sequence; a hole still there then
+// holds no message of the input.
+func (o *workOwner) gap(ctx context.Context, msgs []inMsg) bool {
+	pl := o.pl
+	prev := o.lastRead
+	if pl.stream.name == "" || prev == 0 {
+		return false
+	}
+	for _, m := range msgs {
+		if m.seq <= prev {
+			continue
+		}
+		if m.seq > prev+1 && o.gapAfter != prev {
+			o.gapAfter = prev
+			pl.log.Warn().Uint64("after_seq", prev).Uint64("next_delivered", m.seq).Msg("worker mode: a hole in the delivered sequences; reading the stream again after the last applied message")
+			in, err := newJSIntake(context.WithoutCancel(ctx), pl.d.js, pl.stream.name, pl.consumerName(), &pl.cfg, pl.lastSeq)
+			if err != nil {
+				pl.log.Error().Err(err).Msg("reading the stream again")
+				return false
+			}
+			pl.in = in
+			o.steps = nil
+			clear(o.byID)
+			o.lastRead = pl.lastSeq
+			return true
+		}
+		prev = m.seq
+	}
+	return false
 }
 
 // versionFor is the model version the tasks of the i-th step in flight are
@@ -340,6 +388,9 @@ func (o *workOwner) versionFor(i int) uint64 {
 // whose model version exists. Requests parked too long get no task.
 func (o *workOwner) handOut() {
 	pl := o.pl
+	if pl.fenced() {
+		return // a successor owns the pipeline: its workers work for it
+	}
 	now := time.Now()
 	for i, s := range o.steps {
 		v := o.versionFor(i)
@@ -355,8 +406,8 @@ func (o *workOwner) handOut() {
 			}
 			r := o.parked[0]
 			o.parked = o.parked[1:]
-			if now.Sub(r.at) > workTaskWait {
-				continue // its worker has given up waiting
+			if now.Sub(r.at) > workParkFor {
+				continue // too old: its worker may stop waiting before the answer is there
 			}
 			if !t.sent.IsZero() {
 				pl.log.Warn().Uint64("task", t.ID).Str("worker", t.worker).Msg("worker mode: no contribution in time; handing the minibatch to another worker")
@@ -903,7 +954,7 @@ func (w *worker) request(ctx context.Context) (*workTask, error) {
 	d, pl := w.d, w.pl
 	req := nats.NewMsg(d.workSubject(pl.name, "task"))
 	req.Header.Set(HeaderDaemon, w.self)
-	rctx, cancel := context.WithTimeout(ctx, workTaskWait+time.Second)
+	rctx, cancel := context.WithTimeout(ctx, workTaskWait)
 	r, err := d.nc.RequestMsgWithContext(rctx, req)
 	cancel()
 	if err != nil {
