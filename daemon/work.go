@@ -120,7 +120,7 @@ type workOwner struct {
 	steps    []*workStep
 	byID     map[uint64]*workTask
 	parked   []parkedRequest
-	requests chan *nats.Msg
+	requests chan parkedRequest
 	results  chan *nats.Msg
 	gets     chan *nats.Msg
 	subs     []*nats.Subscription
@@ -140,7 +140,7 @@ func (pl *pipeline) runWorkers(ctx context.Context) {
 	defer pl.in.stop()
 	o := &workOwner{
 		pl: pl, start: pl.version, byID: map[uint64]*workTask{}, lastRead: pl.lastSeq,
-		requests: make(chan *nats.Msg, 256), gets: make(chan *nats.Msg, 64), results: make(chan *nats.Msg, 256),
+		requests: make(chan parkedRequest, 256), gets: make(chan *nats.Msg, 64), results: make(chan *nats.Msg, 256),
 	}
 	if pl.term != nil {
 		o.epoch = pl.term.epoch
@@ -177,8 +177,8 @@ func (pl *pipeline) runWorkers(ctx context.Context) {
 			idle.Reset(workPoll)
 			select {
 			case <-ctx.Done():
-			case m := <-o.requests:
-				o.park(m)
+			case r := <-o.requests:
+				o.park(r)
 			case m := <-o.results:
 				o.accept(m)
 			case m := <-o.gets:
@@ -218,7 +218,14 @@ func (o *workOwner) subscribe(ctx context.Context) error {
 		what string
 		h    nats.MsgHandler
 	}{
-		{"task", forward(o.requests)},
+		{"task", func(m *nats.Msg) {
+			// Stamped on arrival: a request that waited out a long step
+			// in the channel is as old as its worker's wait.
+			select {
+			case o.requests <- parkedRequest{m, time.Now()}:
+			default: // the worker asks again
+			}
+		}},
 		{"model.get", forward(o.gets)},
 		{"done", func(m *nats.Msg) {
 			if whole := asm.add(m); whole != nil {
@@ -253,8 +260,8 @@ func (o *workOwner) unsubscribe() {
 func (o *workOwner) drain() {
 	for {
 		select {
-		case m := <-o.requests:
-			o.park(m)
+		case r := <-o.requests:
+			o.park(r)
 		case m := <-o.results:
 			o.accept(m)
 		case m := <-o.gets:
@@ -265,7 +272,7 @@ func (o *workOwner) drain() {
 	}
 }
 
-func (o *workOwner) park(m *nats.Msg) { o.parked = append(o.parked, parkedRequest{m, time.Now()}) }
+func (o *workOwner) park(r parkedRequest) { o.parked = append(o.parked, r) }
 
 // canRead reports whether another minibatch may be read: the open step is
 // not full, or fewer than τ+1 steps are in flight.
