@@ -239,6 +239,39 @@ func clusterConfig(t testing.TB, url, name string, replicas int, p config.Pipeli
 	return cfg
 }
 
+// testCluster is a 3-node NATS cluster (R3) with a daemon process
+// d1..d3 on it carrying one pipeline.
+type testCluster struct {
+	servers []*server.Server
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	daemons map[string]*childDaemon
+	status  func() PipelineStatus // the pipeline's, from any daemon
+}
+
+// startCluster starts a testCluster for p and waits until the pipeline
+// has an owner and its input stream can be reached.
+func startCluster(t testing.TB, p config.Pipeline) *testCluster {
+	t.Helper()
+	servers, url := natsCluster(t, 3)
+	c := &testCluster{servers: servers, nc: connect(t, url), daemons: map[string]*childDaemon{}}
+	var err error
+	if c.js, err = jetstream.New(c.nc); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"d1", "d2", "d3"} {
+		c.daemons[name] = newChildDaemon(t, name, clusterConfig(t, url, name, 3, p))
+	}
+	c.status = func() PipelineStatus {
+		st, _ := clusterPipelineStatus(c.nc, "cl", p.Name)
+		return st
+	}
+	waitFor(t, time.Minute, "an owner and its input stream", func() bool {
+		return c.status().Owner != "" && streamReachable(c.js, p.Input.Subject)
+	})
+	return c
+}
+
 // Takeover: three daemons on a 3-node JetStream cluster (R3) learn a
 // recorded stream while the owner of the pipeline is killed with SIGKILL,
 // then a NATS node is shut down, then the new owner is killed. Each time
@@ -256,21 +289,8 @@ func TestTakeoverAfterKills(t *testing.T) {
 	want, n := referenceModel(t, clusterPipeline("ref", "cluster.ref"), stream)
 	want.Pipeline = "kid"
 
-	servers, url := natsCluster(t, 3)
-	nc := connect(t, url)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	daemons := map[string]*childDaemon{}
-	for _, name := range []string{"d1", "d2", "d3"} {
-		daemons[name] = newChildDaemon(t, name, clusterConfig(t, url, name, 3, p))
-	}
-	status := func() PipelineStatus {
-		st, _ := clusterPipelineStatus(nc, "cl", "kid")
-		return st
-	}
-	waitFor(t, time.Minute, "an owner and its input stream", func() bool { return status().Owner != "" && streamReachable(js, p.Input.Subject) })
+	c := startCluster(t, p)
+	servers, nc, js, daemons, status := c.servers, c.nc, c.js, c.daemons, c.status
 	if got := replayFile(t, nc, stream, "cluster.kid"); got != n {
 		t.Fatalf("replayed %d of %d", got, n)
 	}

@@ -10,6 +10,7 @@ import (
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/smtd/smtd/config"
+	"github.com/smtd/smtd/internal/state"
 	"github.com/smtd/smtd/online"
 )
 
@@ -198,17 +199,15 @@ func (c *imageContribution) encode() []byte {
 	if err != nil {
 		panic(err)
 	}
-	b := make([]byte, 0, 16+len(wb)+len(kb)+2*len(c.codes))
-	b = binary.AppendUvarint(b, uint64(c.images))
-	b = binary.AppendUvarint(b, uint64(len(wb)))
-	b = append(b, wb...)
-	b = binary.AppendUvarint(b, uint64(len(kb)))
-	b = append(b, kb...)
-	b = binary.AppendUvarint(b, uint64(len(c.codes)))
+	e := state.NewEncoder(make([]byte, 0, 16+len(wb)+len(kb)+2*len(c.codes)))
+	e.Uvarint(uint64(c.images))
+	appendPrefixed(e, wb)
+	appendPrefixed(e, kb)
+	e.Uvarint(uint64(len(c.codes)))
 	for _, a := range c.codes {
-		b = binary.AppendUvarint(b, uint64(a+1))
+		e.Uvarint(uint64(a + 1))
 	}
-	return c.appendGradient(b)
+	return c.appendGradient(e.Bytes())
 }
 
 // appendGradient writes the SMT gradient: stepped (0 or 1), and if 1 the
@@ -254,18 +253,18 @@ func allZero(s []float64) bool {
 }
 
 // readGradient reads what appendGradient wrote.
-func (c *imageContribution) readGradient(r *byteReader) error {
-	flag := r.take(1)
-	if r.err != nil || flag[0] > 1 {
+func (c *imageContribution) readGradient(r *state.Decoder) error {
+	flag := r.U8()
+	if r.Bad() || flag > 1 {
 		return fmt.Errorf("%w: gradient", errContribution)
 	}
-	c.stepped = flag[0] == 1
+	c.stepped = flag == 1
 	c.grad.Reset()
 	if !c.stepped {
 		return nil
 	}
-	pairs, rows, dim, nz := r.uvarint(), r.uvarint(), r.uvarint(), r.uvarint()
-	if r.err != nil || pairs > 1<<62 || rows == 0 || dim == 0 || rows > 1<<20 || dim > 1<<12 || nz > rows || nz*dim*8 > uint64(len(r.b)) {
+	pairs, rows, dim, nz := r.Uvarint(), r.Uvarint(), r.Uvarint(), r.Uvarint()
+	if r.Bad() || pairs > 1<<62 || rows == 0 || dim == 0 || rows > 1<<20 || dim > 1<<12 || nz > rows || nz*dim*8 > uint64(r.Len()) {
 		return fmt.Errorf("%w: gradient shape", errContribution)
 	}
 	c.pairs = int64(pairs)
@@ -273,14 +272,14 @@ func (c *imageContribution) readGradient(r *byteReader) error {
 	c.grad.Zero()
 	prev := -1
 	for range nz {
-		i := r.uvarint()
-		if r.err != nil || i >= rows || int(i) <= prev {
+		i := r.Uvarint()
+		if r.Bad() || i >= rows || int(i) <= prev {
 			return fmt.Errorf("%w: gradient rows", errContribution)
 		}
 		prev = int(i)
 		row := c.grad.RawRowView(int(i))
-		data := r.take(8 * int(dim))
-		if r.err != nil {
+		data := r.Bytes(8 * int(dim))
+		if r.Bad() {
 			return fmt.Errorf("%w: gradient truncated", errContribution)
 		}
 		for j := range row {
@@ -294,12 +293,12 @@ func (c *imageContribution) readGradient(r *byteReader) error {
 }
 
 func (c *imageContribution) decode(b []byte) error {
-	r := byteReader{b: b}
-	images := r.uvarint()
-	white := r.bytes()
-	km := r.bytes()
-	n := r.uvarint()
-	if r.err != nil || n > uint64(len(r.b)) || images > 1<<31 {
+	r := state.NewDecoder(b)
+	images := r.Uvarint()
+	white := prefixed(r)
+	km := prefixed(r)
+	n := r.Uvarint()
+	if r.Bad() || n > uint64(r.Len()) || images > 1<<31 {
 		return fmt.Errorf("%w: truncated", errContribution)
 	}
 	c.images = int(images)
@@ -311,62 +310,22 @@ func (c *imageContribution) decode(b []byte) error {
 	}
 	c.codes = make([]int32, 0, n)
 	for range n {
-		v := r.uvarint()
-		if r.err != nil || v > 1<<31 {
+		v := r.Uvarint()
+		if r.Bad() || v > 1<<31 {
 			return fmt.Errorf("%w: codes", errContribution)
 		}
 		c.codes = append(c.codes, int32(v)-1)
 	}
-	if err := c.readGradient(&r); err != nil {
+	if err := c.readGradient(r); err != nil {
 		return err
 	}
-	if len(r.b) != 0 {
-		return fmt.Errorf("%w: %d trailing bytes", errContribution, len(r.b))
+	if r.Len() != 0 {
+		return fmt.Errorf("%w: %d trailing bytes", errContribution, r.Len())
 	}
 	if n == 0 {
 		c.codes = nil
 	}
 	return nil
-}
-
-// byteReader reads uvarints and length-prefixed byte strings, keeping the
-// first error.
-type byteReader struct {
-	b   []byte
-	err error
-}
-
-func (r *byteReader) uvarint() uint64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.err = errContribution
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *byteReader) bytes() []byte {
-	n := r.uvarint()
-	if r.err != nil || n > uint64(len(r.b)) {
-		r.err = errContribution
-		return nil
-	}
-	return r.take(int(n))
-}
-
-// take returns the next n bytes.
-func (r *byteReader) take(n int) []byte {
-	if r.err != nil || n > len(r.b) {
-		r.err = errContribution
-		return nil
-	}
-	b := r.b[:n]
-	r.b = r.b[n:]
-	return b
 }
 
 // workerParts are the stages a worker codes with: not the SMT statistics,

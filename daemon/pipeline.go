@@ -444,10 +444,15 @@ func (pl *pipeline) process(ctx context.Context, msgs []inMsg) {
 // and the batch dropped, to be read again; a hole that is still there
 // then holds no message of the input (deleted, or of another subject).
 func (pl *pipeline) deliveryGap(ctx context.Context, msgs []inMsg) bool {
-	if pl.stream.name == "" || pl.lastSeq == 0 {
+	return pl.holeAfter(ctx, msgs, pl.lastSeq)
+}
+
+// holeAfter is deliveryGap for messages read after sequence prev (0:
+// none is looked at).
+func (pl *pipeline) holeAfter(ctx context.Context, msgs []inMsg, prev uint64) bool {
+	if pl.stream.name == "" || prev == 0 {
 		return false
 	}
-	prev := pl.lastSeq
 	for _, m := range msgs {
 		if m.seq <= prev {
 			continue

@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +15,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/smtd/smtd/internal/state"
 )
 
 // Worker mode (config.Workers): one pipeline learned by every daemon of a
@@ -114,24 +115,43 @@ type workStep struct {
 // workOwner is the owner's side of worker mode, run by the pipeline's
 // goroutine.
 type workOwner struct {
-	pl       *pipeline
-	epoch    uint64
-	start    uint64 // the model version the owner started from
-	steps    []*workStep
-	byID     map[uint64]*workTask
-	parked   []parkedRequest
-	requests chan parkedRequest
-	results  chan *nats.Msg
-	gets     chan *nats.Msg
-	subs     []*nats.Subscription
-	// lastRead is the last sequence read; gapAfter, the sequence after
-	// which a hole in them was last read again (see gap).
-	lastRead, gapAfter uint64
+	pl     *pipeline
+	epoch  uint64
+	start  uint64 // the model version the owner started from
+	steps  []*workStep
+	byID   map[uint64]*workTask
+	parked []parkedRequest
+	// events are what the subscriptions received, for the owner's loop.
+	events chan workEvent
+	subs   []*nats.Subscription
+	// lastRead is the last sequence read.
+	lastRead uint64
 }
 
 type parkedRequest struct {
 	msg *nats.Msg
 	at  time.Time
+}
+
+// workEvent is a message for the owner's loop: a request for a task
+// (stamped on arrival: one that waited out a long step in the channel is
+// as old as its worker's wait), a whole contribution, or a request for a
+// model version.
+type workEvent struct {
+	what string // "task", "done" or "model.get"
+	parkedRequest
+}
+
+// handle takes one event.
+func (o *workOwner) handle(e workEvent) {
+	switch e.what {
+	case "task":
+		o.parked = append(o.parked, e.parkedRequest)
+	case "done":
+		o.accept(e.msg)
+	default:
+		o.serveModel(e.msg)
+	}
 }
 
 // runWorkers is run for a pipeline in worker mode: it hands minibatches to
@@ -140,7 +160,7 @@ func (pl *pipeline) runWorkers(ctx context.Context) {
 	defer pl.in.stop()
 	o := &workOwner{
 		pl: pl, start: pl.version, byID: map[uint64]*workTask{}, lastRead: pl.lastSeq,
-		requests: make(chan parkedRequest, 256), gets: make(chan *nats.Msg, 64), results: make(chan *nats.Msg, 256),
+		events: make(chan workEvent, 512),
 	}
 	if pl.term != nil {
 		o.epoch = pl.term.epoch
@@ -177,12 +197,8 @@ func (pl *pipeline) runWorkers(ctx context.Context) {
 			idle.Reset(workPoll)
 			select {
 			case <-ctx.Done():
-			case r := <-o.requests:
-				o.park(r)
-			case m := <-o.results:
-				o.accept(m)
-			case m := <-o.gets:
-				o.serveModel(m)
+			case e := <-o.events:
+				o.handle(e)
 			case <-idle.C:
 			}
 		}
@@ -205,11 +221,13 @@ func (pl *pipeline) runWorkers(ctx context.Context) {
 
 func (o *workOwner) subscribe(ctx context.Context) error {
 	d, name := o.pl.d, o.pl.name
-	forward := func(ch chan *nats.Msg) nats.MsgHandler {
+	// A request is dropped when the loop is that far behind: its worker
+	// asks again.
+	forward := func(what string) nats.MsgHandler {
 		return func(m *nats.Msg) {
 			select {
-			case ch <- m:
-			default: // the worker asks again
+			case o.events <- workEvent{what, parkedRequest{m, time.Now()}}:
+			default:
 			}
 		}
 	}
@@ -218,22 +236,15 @@ func (o *workOwner) subscribe(ctx context.Context) error {
 		what string
 		h    nats.MsgHandler
 	}{
-		{"task", func(m *nats.Msg) {
-			// Stamped on arrival: a request that waited out a long step
-			// in the channel is as old as its worker's wait.
-			select {
-			case o.requests <- parkedRequest{m, time.Now()}:
-			default: // the worker asks again
-			}
-		}},
-		{"model.get", forward(o.gets)},
+		{"task", forward("task")},
+		{"model.get", forward("model.get")},
 		{"done", func(m *nats.Msg) {
 			if whole := asm.add(m); whole != nil {
 				// Received whole: the worker goes on; the owner's loop
 				// decides whether it takes the contribution.
 				whole.Respond([]byte("ok"))
 				select { // blocks the subscription, not the owner
-				case o.results <- whole:
+				case o.events <- workEvent{"done", parkedRequest{whole, time.Now()}}:
 				case <-ctx.Done():
 				}
 			}
@@ -260,19 +271,13 @@ func (o *workOwner) unsubscribe() {
 func (o *workOwner) drain() {
 	for {
 		select {
-		case r := <-o.requests:
-			o.park(r)
-		case m := <-o.results:
-			o.accept(m)
-		case m := <-o.gets:
-			o.serveModel(m)
+		case e := <-o.events:
+			o.handle(e)
 		default:
 			return
 		}
 	}
 }
-
-func (o *workOwner) park(r parkedRequest) { o.parked = append(o.parked, r) }
 
 // canRead reports whether another minibatch may be read: the open step is
 // not full, or fewer than τ+1 steps are in flight.
@@ -344,32 +349,13 @@ func (o *workOwner) read(ctx context.Context) {
 // again right after the last applied sequence; a hole still there then
 // holds no message of the input.
 func (o *workOwner) gap(ctx context.Context, msgs []inMsg) bool {
-	pl := o.pl
-	prev := o.lastRead
-	if pl.stream.name == "" || prev == 0 {
+	if !o.pl.holeAfter(ctx, msgs, o.lastRead) {
 		return false
 	}
-	for _, m := range msgs {
-		if m.seq <= prev {
-			continue
-		}
-		if m.seq > prev+1 && o.gapAfter != prev {
-			o.gapAfter = prev
-			pl.log.Warn().Uint64("after_seq", prev).Uint64("next_delivered", m.seq).Msg("worker mode: a hole in the delivered sequences; reading the stream again after the last applied message")
-			in, err := newJSIntake(context.WithoutCancel(ctx), pl.d.js, pl.stream.name, pl.consumerName(), &pl.cfg, pl.lastSeq)
-			if err != nil {
-				pl.log.Error().Err(err).Msg("reading the stream again")
-				return false
-			}
-			pl.in = in
-			o.steps = nil
-			clear(o.byID)
-			o.lastRead = pl.lastSeq
-			return true
-		}
-		prev = m.seq
-	}
-	return false
+	o.steps = nil
+	clear(o.byID)
+	o.lastRead = o.pl.lastSeq
+	return true
 }
 
 // versionFor is the model version the tasks of the i-th step in flight are
@@ -575,27 +561,27 @@ const workVersionsSection = "work-versions"
 
 // encodeWorkVersions encodes a pipeline's workVersions, oldest first.
 func encodeWorkVersions(vs map[uint64][]byte) []byte {
-	var w byteWriter
-	w.uvarint(uint64(len(vs)))
+	w := state.NewEncoder(nil)
+	w.Uvarint(uint64(len(vs)))
 	for _, v := range slices.Sorted(maps.Keys(vs)) {
-		w.uvarint(v)
-		w.bytes(vs[v])
+		w.Uvarint(v)
+		appendPrefixed(w, vs[v])
 	}
-	return w.b
+	return w.Bytes()
 }
 
 func decodeWorkVersions(b []byte) (map[uint64][]byte, error) {
-	r := byteReader{b: b}
-	n := r.uvarint()
+	r := state.NewDecoder(b)
+	n := r.Uvarint()
 	if n > 1<<10 {
 		return nil, errors.New("smtd: work versions: bad count")
 	}
 	vs := make(map[uint64][]byte, n)
 	for range n {
-		v := r.uvarint()
-		vs[v] = r.bytes()
+		v := r.Uvarint()
+		vs[v] = prefixed(r)
 	}
-	if r.err != nil || len(r.b) != 0 {
+	if !r.Done() {
 		return nil, errors.New("smtd: work versions: truncated")
 	}
 	return vs, nil
@@ -604,41 +590,46 @@ func decodeWorkVersions(b []byte) (map[uint64][]byte, error) {
 // encodeSections concatenates named sections (a checkpoint's encoding of
 // them without the rest).
 func encodeSections(secs []Section) []byte {
-	var r byteWriter
-	r.uvarint(uint64(len(secs)))
+	r := state.NewEncoder(nil)
+	r.Uvarint(uint64(len(secs)))
 	for _, s := range secs {
-		r.bytes([]byte(s.Name))
-		r.bytes(s.Data)
+		appendPrefixed(r, []byte(s.Name))
+		appendPrefixed(r, s.Data)
 	}
-	return r.b
+	return r.Bytes()
 }
 
 func decodeSections(b []byte) ([]Section, error) {
-	r := byteReader{b: b}
-	n := r.uvarint()
+	r := state.NewDecoder(b)
+	n := r.Uvarint()
 	if n > 64 {
 		return nil, errors.New("smtd: model sections: bad count")
 	}
 	secs := make([]Section, 0, n)
 	for range n {
-		name, data := r.bytes(), r.bytes()
+		name, data := prefixed(r), prefixed(r)
 		secs = append(secs, Section{Name: string(name), Data: data})
 	}
-	if r.err != nil || len(r.b) != 0 {
+	if !r.Done() {
 		return nil, errors.New("smtd: model sections: truncated")
 	}
 	return secs, nil
 }
 
-type byteWriter struct{ b []byte }
-
-func (w *byteWriter) uvarint(v uint64) {
-	w.b = binary.AppendUvarint(w.b, v)
+// appendPrefixed writes b as its length (uvarint) and its bytes.
+func appendPrefixed(e *state.Encoder, b []byte) {
+	e.Uvarint(uint64(len(b)))
+	e.Raw(b)
 }
 
-func (w *byteWriter) bytes(p []byte) {
-	w.uvarint(uint64(len(p)))
-	w.b = append(w.b, p...)
+// prefixed reads what appendPrefixed wrote.
+func prefixed(d *state.Decoder) []byte {
+	n := d.Uvarint()
+	if n > uint64(d.Len()) {
+		d.Fail()
+		return nil
+	}
+	return d.Bytes(int(n))
 }
 
 // Chunks.

@@ -125,21 +125,8 @@ func TestWorkersMatchSimulation(t *testing.T) {
 	p.Output.Transport = config.JetStream
 	want := simulateWorkers(t, p, stream)
 
-	_, url := natsCluster(t, 3)
-	nc := connect(t, url)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	daemons := map[string]*childDaemon{}
-	for _, name := range []string{"d1", "d2", "d3"} {
-		daemons[name] = newChildDaemon(t, name, clusterConfig(t, url, name, 3, p))
-	}
-	status := func() PipelineStatus {
-		st, _ := clusterPipelineStatus(nc, "cl", p.Name)
-		return st
-	}
-	waitFor(t, time.Minute, "an owner and its input stream", func() bool { return status().Owner != "" && streamReachable(js, p.Input.Subject) })
+	c := startCluster(t, p)
+	nc, js, daemons, status := c.nc, c.js, c.daemons, c.status
 	n := replayFile(t, nc, stream, p.Input.Subject)
 	var st PipelineStatus
 	waitFor(t, 2*time.Minute, "a third of the stream", func() bool { st = status(); return st.LastSeq >= uint64(n)/3 })
