@@ -50,7 +50,7 @@ func Cluster(ctx context.Context, w io.Writer, args []string) error {
 	dir := fs.String("mnist", "../shared/data/mnist", "`directory` with the MNIST IDX files (gzip'd or not)")
 	nTrain := fs.Int("train", 6000, "images timed per throughput run")
 	warmup := fs.Int("warmup", 1000, "images learned before the timed ones")
-	maxWorkers := fs.Int("workers", 3, "throughput runs with 1..N worker processes")
+	maxWorkers := fs.Int("workers", 3, "throughput runs with 1..N worker processes (0: none, e.g. with -accuracy)")
 	atoms := fs.Int("k", 4096, "dictionary size K")
 	merge := fs.Int("merge", 4, "workers.merge: minibatches per learning step")
 	batch := fs.Int("batch", 32, "batch.size: images per minibatch (a contribution's size hardly depends on it)")
@@ -62,8 +62,8 @@ func Cluster(ctx context.Context, w io.Writer, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *maxWorkers < 1 || *nTrain < 1 || *warmup < 0 {
-		return errors.New("bench cluster: -workers and -train must be positive, -warmup not negative")
+	if *maxWorkers < 0 || *nTrain < 1 || *warmup < 0 {
+		return errors.New("bench cluster: -train must be positive, -workers and -warmup not negative")
 	}
 	train, err := dataset.ReadMNIST(*dir, "train")
 	if err != nil {
@@ -93,16 +93,23 @@ func Cluster(ctx context.Context, w io.Writer, args []string) error {
 		fmt.Fprintf(w, "cluster_workers_%d_images_per_s: %.1f\n", n, float64(timed)/secs)
 		last = r
 	}
-	per := 1000 / float64(timed)
-	fmt.Fprintf(w, "cluster_owner_cpu_seconds_per_1000_images: %.3f\n", last.ownerCPU*per)
-	fmt.Fprintf(w, "cluster_workers_cpu_seconds_per_1000_images: %.3f\n", last.workersCPU*per)
-	fmt.Fprintf(w, "cluster_owner_mib_per_1000_images: %.2f\n", float64(last.ownerBytes)*per/(1<<20))
-	fmt.Fprintf(w, "cluster_workers_mib_per_1000_images: %.2f\n", float64(last.workersBytes)*per/(1<<20))
-	fmt.Fprintf(w, "cluster_workers_per_owner: %.1f\n", last.workersCPU/last.ownerCPU)
+	if last != nil {
+		last.report(w, timed)
+	}
 	if !*accuracy {
 		return nil
 	}
 	return clusterAccuracy(ctx, w, root, p, *dir, *accTrain, *accTest)
+}
+
+// report prints the cost of the run per 1000 of the n images timed.
+func (r *workerRun) report(w io.Writer, n int) {
+	per := 1000 / float64(n)
+	fmt.Fprintf(w, "cluster_owner_cpu_seconds_per_1000_images: %.3f\n", r.ownerCPU*per)
+	fmt.Fprintf(w, "cluster_workers_cpu_seconds_per_1000_images: %.3f\n", r.workersCPU*per)
+	fmt.Fprintf(w, "cluster_owner_mib_per_1000_images: %.2f\n", float64(r.ownerBytes)*per/(1<<20))
+	fmt.Fprintf(w, "cluster_workers_mib_per_1000_images: %.2f\n", float64(r.workersBytes)*per/(1<<20))
+	fmt.Fprintf(w, "cluster_workers_per_owner: %.1f\n", r.workersCPU/r.ownerCPU)
 }
 
 // mnistPipeline is the image pipeline of the MNIST benchmarks with K
