@@ -72,6 +72,9 @@ func (m *imageModel) contribute(batch []sample, src rand.Source, ahead int) ([]b
 	_ = w.Apply([]*online.WhitenContribution{&c.white}) // as in learn: a failed refresh keeps the operator
 	m.whiten(w)
 	m.km.Contribute(&c.km, m.assign, nil, &m.w, m.blank, src, m.km.DeadWithin(ahead))
+	if len(c.km.Seeds) > 0 {
+		m.seedLocally(src)
+	}
 	var outs []output
 	if m.smt == nil {
 		outs = m.pooledCodes(batch)
@@ -86,6 +89,24 @@ func (m *imageModel) contribute(batch []sample, src rand.Source, ahead int) ([]b
 		outs = m.embedded(batch)
 	}
 	return c.encode(), outs
+}
+
+// seedLocally codes the minibatch in m.w, whose rows are the seeds of a
+// dictionary not yet complete, with a copy of the dictionary that learns
+// from them (drawing from src), as a single daemon codes its first
+// minibatch with the atoms it seeds from it; without it, codes and
+// outputs of the first step would be blank. The owner seeds its own
+// dictionary from the rows, with its own source.
+func (m *imageModel) seedLocally(src rand.Source) {
+	b, err := m.km.MarshalBinary()
+	if err != nil {
+		panic(err)
+	}
+	k := online.NewKMeans(m.km.Settings(), src)
+	if err := k.UnmarshalBinary(b); err != nil {
+		panic(err) // its own encoding
+	}
+	k.LearnAssign(m.assign, nil, &m.w, m.blank)
 }
 
 // applyContributions takes one learning step from the encoded
