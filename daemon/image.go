@@ -63,6 +63,9 @@ type imageModel struct {
 	// own (see reader).
 	*imageWork
 	p mat.Dense // closed-form P, a workspace of the learner
+	// contribs are the contributions of the last step in worker mode, a
+	// workspace of the owner's learner.
+	contribs []imageContribution
 
 	// between is called between the stages of learn (stagedLearner);
 	// nil in snapshots and readers.

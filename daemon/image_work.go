@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 
 	"gonum.org/v1/gonum/mat"
 
@@ -115,7 +116,12 @@ func (m *imageModel) seedLocally(src rand.Source) {
 // minibatch of all their images. A contribution that does not decode or
 // does not fit the model is refused before anything changes.
 func (m *imageModel) applyContributions(enc [][]byte) error {
-	cs := make([]imageContribution, len(enc))
+	// Decoded into the contributions of the last step, whose memory (MBs
+	// each at K = 4096) is reused.
+	for len(m.contribs) < len(enc) {
+		m.contribs = append(m.contribs, imageContribution{})
+	}
+	cs := m.contribs[:len(enc)]
 	g := m.patcher.Grid
 	images := 0
 	for i, b := range enc {
@@ -280,7 +286,6 @@ func (c *imageContribution) readGradient(r *state.Decoder) error {
 		return fmt.Errorf("%w: gradient", errContribution)
 	}
 	c.stepped = flag == 1
-	c.grad.Reset()
 	if !c.stepped {
 		return nil
 	}
@@ -289,7 +294,10 @@ func (c *imageContribution) readGradient(r *state.Decoder) error {
 		return fmt.Errorf("%w: gradient shape", errContribution)
 	}
 	c.pairs = int64(pairs)
-	c.grad.ReuseAs(int(rows), int(dim))
+	if r, cols := c.grad.Dims(); c.grad.IsEmpty() || r != int(rows) || cols != int(dim) {
+		c.grad.Reset()
+		c.grad.ReuseAs(int(rows), int(dim))
+	}
 	c.grad.Zero()
 	prev := -1
 	for range nz {
@@ -329,7 +337,7 @@ func (c *imageContribution) decode(b []byte) error {
 	if err := c.km.UnmarshalBinary(km); err != nil {
 		return fmt.Errorf("%w: k-means: %w", errContribution, err)
 	}
-	c.codes = make([]int32, 0, n)
+	c.codes = slices.Grow(c.codes[:0], int(n))
 	for range n {
 		v := r.Uvarint()
 		if r.Bad() || v > 1<<31 {
@@ -342,9 +350,6 @@ func (c *imageContribution) decode(b []byte) error {
 	}
 	if r.Len() != 0 {
 		return fmt.Errorf("%w: %d trailing bytes", errContribution, r.Len())
-	}
-	if n == 0 {
-		c.codes = nil
 	}
 	return nil
 }
