@@ -25,9 +25,10 @@ type Summary struct {
 	Config       string         `json:"config"`
 }
 
-// Describe restores the model of a checkpoint, exactly as the daemon would,
-// and summarises it.
-func Describe(c *Checkpoint) (*Summary, error) {
+// checkpointModel restores the model of a checkpoint under the config it
+// was written with, as the daemon would (its random source is never
+// drawn from: the model only describes and draws itself).
+func checkpointModel(c *Checkpoint) (model, error) {
 	var p config.Pipeline
 	if err := yaml.Unmarshal(c.Config, &p); err != nil {
 		return nil, fmt.Errorf("%w: its config: %v", ErrCheckpoint, err)
@@ -35,6 +36,16 @@ func Describe(c *Checkpoint) (*Summary, error) {
 	m := newModel(&p, rand.NewPCG(0, 0))
 	if err := m.restore(c.Sections); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrCheckpoint, err)
+	}
+	return m, nil
+}
+
+// Describe restores the model of a checkpoint, exactly as the daemon would,
+// and summarises it.
+func Describe(c *Checkpoint) (*Summary, error) {
+	m, err := checkpointModel(c)
+	if err != nil {
+		return nil, err
 	}
 	s := &Summary{
 		Pipeline: c.Pipeline, Modality: c.Modality, ModelVersion: c.ModelVersion, Samples: c.Samples,

@@ -8,10 +8,8 @@ import (
 	"image/color"
 	"image/png"
 	"math"
-	"math/rand/v2"
 
 	"gonum.org/v1/gonum/mat"
-	"gopkg.in/yaml.v3"
 
 	"github.com/smtd/smtd/config"
 )
@@ -34,13 +32,9 @@ var ErrNoPicture = errors.New("smtd: this model has no pictures")
 // Describe does, and draws what it has learned: the same pictures the
 // live page shows for a running pipeline.
 func CheckpointPictures(c *Checkpoint) ([]Picture, error) {
-	var p config.Pipeline
-	if err := yaml.Unmarshal(c.Config, &p); err != nil {
-		return nil, fmt.Errorf("%w: its config: %v", ErrCheckpoint, err)
-	}
-	m := newModel(&p, rand.NewPCG(0, 0))
-	if err := m.restore(c.Sections); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrCheckpoint, err)
+	m, err := checkpointModel(c)
+	if err != nil {
+		return nil, err
 	}
 	return modelPictures(m)
 }

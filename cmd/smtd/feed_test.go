@@ -53,6 +53,19 @@ func startFeedDaemon(t *testing.T, changes ...func(*config.Config)) *daemon.Daem
 	return d
 }
 
+// startFeedDaemonConn is startFeedDaemon with a client connection to it,
+// closed at the end of the test.
+func startFeedDaemonConn(t *testing.T) (*daemon.Daemon, *nats.Conn) {
+	t.Helper()
+	d := startFeedDaemon(t)
+	nc, err := nats.Connect(d.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return d, nc
+}
+
 // syncBuffer is a bytes.Buffer safe for concurrent use.
 type syncBuffer struct {
 	mu sync.Mutex
@@ -153,13 +166,8 @@ func runOK(t *testing.T, args ...string) string {
 // stream and frame (video), and feeding the same data again stores
 // nothing in the input stream and makes no output.
 func TestFeedSendsEachItemOnce(t *testing.T) {
-	d := startFeedDaemon(t)
+	d, nc := startFeedDaemonConn(t)
 	url := d.ClientURL()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
 
 	// feedTwice feeds args, waits for want outputs, checks them, feeds
 	// again and checks that nothing was added.
@@ -291,13 +299,8 @@ func TestFeedRefusesWhatItCannotSend(t *testing.T) {
 // smtd tail writes the outputs it reads: as .npy files of --every rows
 // with their sequences and labels, and as JSON lines.
 func TestTailWritesWhatThePipelinePublishes(t *testing.T) {
-	d := startFeedDaemon(t)
+	d, nc := startFeedDaemonConn(t)
 	url := d.ClientURL()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
 
 	// tail starts smtd tail with args and returns once it listens.
 	tail := func(args ...string) (stdout *syncBuffer, done chan int) {
