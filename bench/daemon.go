@@ -2,8 +2,12 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -13,29 +17,89 @@ import (
 	"github.com/smtd/smtd/daemon"
 )
 
-// inProcess is a daemon running in the benchmark's process on an embedded
-// NATS server at a free port, with a client connection to it.
-type inProcess struct {
-	d   *daemon.Daemon
-	nc  *nats.Conn
-	js  jetstream.JetStream
-	dir string
+// benchDaemon is a daemon on an embedded NATS server at a free port,
+// running in the benchmark's process or, when proc is not nil, as `smtd
+// run` in a process of its own; nc is the benchmark's client connection.
+type benchDaemon struct {
+	d    *daemon.Daemon
+	proc *daemonProcess
+	url  string
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	dir  string
+
+	// The pipeline's learned count, asked for at most every 2 ms.
+	lastLearned int64
+	askedAt     time.Time
 }
 
 // startDaemon runs one pipeline in this process with data in a temporary
 // directory; periodic checkpoints are off (they would be measured too).
 // Logs at warn level and above go to logs. Close stops it all.
-func startDaemon(ctx context.Context, p config.Pipeline, logs io.Writer) (*inProcess, error) {
+func startDaemon(ctx context.Context, p config.Pipeline, logs io.Writer) (*benchDaemon, error) {
 	return startDaemonWith(ctx, p, logs, nil)
 }
 
 // startDaemonWith is startDaemon with a last change to the config, when
 // change is not nil.
-func startDaemonWith(ctx context.Context, p config.Pipeline, logs io.Writer, change func(*config.Config)) (*inProcess, error) {
+func startDaemonWith(ctx context.Context, p config.Pipeline, logs io.Writer, change func(*config.Config)) (*benchDaemon, error) {
+	cfg, dir, err := benchConfig(p, change)
+	if err != nil {
+		return nil, err
+	}
+	in := &benchDaemon{dir: dir}
+	if in.d, err = daemon.New(cfg, daemon.Options{Logger: daemon.NewLogger(logs, "console")}); err == nil {
+		if err = in.d.Start(ctx); err == nil {
+			in.url = in.d.ClientURL()
+			err = in.connect()
+		}
+	}
+	if err != nil {
+		in.Close()
+		return nil, err
+	}
+	return in, nil
+}
+
+// startDaemonProcessWith is startDaemonWith with the daemon in a process of
+// its own (this executable's `smtd run`), its log in its data directory.
+// It returns once the daemon answers status requests.
+func startDaemonProcessWith(ctx context.Context, p config.Pipeline, change func(*config.Config)) (*benchDaemon, error) {
+	cfg, dir, err := benchConfig(p, change)
+	if err != nil {
+		return nil, err
+	}
+	in := &benchDaemon{dir: dir}
+	port, err := freePort()
+	if err == nil {
+		cfg.NATS.Listen = fmt.Sprintf("127.0.0.1:%d", port)
+		in.url = fmt.Sprintf("nats://127.0.0.1:%d", port)
+		in.proc, err = startDaemonProcess(dir, "daemon", cfg)
+	}
+	if err == nil {
+		err = pollUntil(ctx, time.Minute, "the daemon process", func() bool {
+			if in.nc == nil && in.connect() != nil {
+				return false
+			}
+			_, err := in.status()
+			return err == nil
+		})
+	}
+	if err != nil {
+		in.Close()
+		return nil, err
+	}
+	return in, nil
+}
+
+// benchConfig is the default config learning p alone, with its data in a
+// new temporary directory, logging at warn level, periodic checkpoints
+// off (they would be measured too), then changed by change if not nil.
+func benchConfig(p config.Pipeline, change func(*config.Config)) (*config.Config, string, error) {
 	cfg := config.Default()
 	dir, err := os.MkdirTemp("", "smtd-bench-")
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	cfg.DataDir = dir
 	cfg.NATS.Listen = "127.0.0.1:-1"
@@ -47,31 +111,64 @@ func startDaemonWith(ctx context.Context, p config.Pipeline, logs io.Writer, cha
 	if change != nil {
 		change(cfg)
 	}
-	in := &inProcess{dir: dir}
-	if in.d, err = daemon.New(cfg, daemon.Options{Logger: daemon.NewLogger(logs, "console")}); err == nil {
-		if err = in.d.Start(ctx); err == nil {
-			if in.nc, err = nats.Connect(in.d.ClientURL()); err == nil {
-				in.js, err = jetstream.New(in.nc)
-			}
-		}
-	}
+	return cfg, dir, nil
+}
+
+// connect opens the benchmark's client connection.
+func (in *benchDaemon) connect() error {
+	nc, err := nats.Connect(in.url)
 	if err != nil {
-		in.Close()
-		return nil, err
+		return err
 	}
-	return in, nil
+	if in.js, err = jetstream.New(nc); err != nil {
+		nc.Close()
+		return err
+	}
+	in.nc = nc
+	return nil
+}
+
+// status asks the daemon for its status.
+func (in *benchDaemon) status() (daemon.Status, error) {
+	if in.d != nil {
+		return in.d.Status(), nil
+	}
+	var st daemon.Status
+	m, err := in.nc.Request(config.Default().Subject("status"), nil, time.Second)
+	if err == nil {
+		err = json.Unmarshal(m.Data, &st)
+	}
+	if err == nil && len(st.Pipelines) == 0 {
+		err = errors.New("bench: the daemon reports no pipeline")
+	}
+	return st, err
 }
 
 // Close stops the daemon and removes its data.
-func (in *inProcess) Close() {
+func (in *benchDaemon) Close() {
 	if in.nc != nil {
 		in.nc.Close()
 	}
 	if in.d != nil {
 		in.d.Shutdown(context.Background())
 	}
+	if in.proc != nil {
+		in.proc.cmd.Process.Signal(syscall.SIGTERM)
+		in.proc.wait()
+	}
 	os.RemoveAll(in.dir)
 }
 
-// learned returns how many messages the pipeline has learned.
-func (in *inProcess) learned() int64 { return in.d.Status().Pipelines[0].Learned }
+// learned returns how many messages the pipeline has learned. The
+// daemon is asked at most every 2 ms (a status is not free: it copies
+// the latency windows), and a failed request leaves the last answer.
+func (in *benchDaemon) learned() int64 {
+	if time.Since(in.askedAt) < 2*time.Millisecond {
+		return in.lastLearned
+	}
+	if st, err := in.status(); err == nil {
+		in.lastLearned = st.Pipelines[0].Learned
+	}
+	in.askedAt = time.Now()
+	return in.lastLearned
+}

@@ -28,9 +28,13 @@ import (
 //   - learning throughput (medians of -rounds alternating runs) of the library (daemon.OfflineLearner: the
 //     decoding and learning code of a pipeline, in process, no NATS)
 //     against the daemon's (the same images published through JetStream
-//     into a daemon in this process, until all are learned), and
+//     into a daemon in this process, or with -process in `smtd run` of its
+//     own, until all are learned), and
 //     throughput_daemon_overhead = 1 − daemon/library;
-//   - while the daemon learns, embed queries sent open-loop at -rate per
+//   - with the daemon idle, embed queries sent open-loop at -rate per
+//     second from a connection of their own: latency p50 and p99 (idle_*),
+//     the floor for the next figures;
+//   - while the daemon learns, the same queries sent open-loop at -rate per
 //     second: latency p50 and p99 of the answers, timeouts and busy
 //     replies, and the learning throughput meanwhile;
 //   - the same at -flood-rate, past what the query workers can encode:
@@ -44,7 +48,7 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 	fs := flag.NewFlagSet("bench throughput", flag.ContinueOnError)
 	dir := fs.String("mnist", "../shared/data/mnist", "`directory` with the MNIST IDX files (gzip'd or not)")
 	nImages := fs.Int("images", 10000, "training images learned by the library and by the daemon")
-	rate := fs.Float64("rate", 500, "embed queries per second while the daemon learns")
+	rate := fs.Float64("rate", 500, "embed queries per second, idle and while the daemon learns")
 	floodRate := fs.Float64("flood-rate", 5000, "embed queries per second past capacity")
 	seconds := fs.Float64("seconds", 10, "duration of each query phase")
 	timeout := fs.Duration("timeout", 5*time.Second, "a query not answered within this is a timeout")
@@ -52,6 +56,7 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 	queue := fs.Int("queue", config.Default().Service.QueryQueue, "service.query_queue")
 	learnYield := fs.Duration("learn-yield", config.Default().Service.LearnYield, "service.learn_yield")
 	rounds := fs.Int("rounds", 3, "alternating library and daemon learning runs; their medians are reported")
+	process := fs.Bool("process", false, "run the daemon as `smtd run` in a process of its own (default: in this process)")
 	tracePath := fs.String("trace", "", "write an execution trace (runtime/trace) of the query phase at -rate to `file`")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -81,7 +86,7 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 		msgs[i] = imageMsg(p.Input.Subject, train, i)
 	}
 	var libRates, daemonRates []float64
-	var in *inProcess
+	var in *benchDaemon
 	defer func() {
 		if in != nil {
 			in.Close()
@@ -106,9 +111,15 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 			in.Close()
 		}
 		// The daemon, with the query pool under test.
-		if in, err = startDaemonWith(ctx, p, os.Stderr, func(c *config.Config) {
+		change := func(c *config.Config) {
 			c.Service.QueryWorkers, c.Service.QueryQueue, c.Service.LearnYield = *workers, *queue, *learnYield
-		}); err != nil {
+		}
+		if *process {
+			in, err = startDaemonProcessWith(ctx, p, change)
+		} else {
+			in, err = startDaemonWith(ctx, p, os.Stderr, change)
+		}
+		if err != nil {
 			return err
 		}
 		t0 = time.Now()
@@ -123,13 +134,27 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 	// Queries while the daemon learns: the publisher keeps it learning
 	// (the same images again) until the query phase ends.
 	embedSubject := config.Default().EmbedSubject(p.Name)
-	phase := func(name string, r float64) (*queryLoad, float64, error) {
+	phase := func(name string, r float64, learning bool) (*queryLoad, float64, error) {
 		stop := make(chan struct{})
 		learnedBefore := in.learned()
 		errc := make(chan error, 1)
 		start := time.Now()
-		go func() { errc <- in.publish(ctx, msgs, &sent, -1, stop) }()
-		load, err := sendQueries(ctx, in.nc, embedSubject, test, r, time.Duration(*seconds*float64(time.Second)), *timeout, name)
+		go func() {
+			if !learning {
+				<-stop
+				errc <- nil
+				return
+			}
+			errc <- in.publish(ctx, msgs, &sent, -1, stop)
+		}()
+		// A client of its own, as the users who query are not the
+		// producers.
+		qnc, err := nats.Connect(in.url)
+		if err != nil {
+			return nil, 0, err
+		}
+		defer qnc.Close()
+		load, err := sendQueries(ctx, qnc, embedSubject, test, r, time.Duration(*seconds*float64(time.Second)), *timeout, name)
 		close(stop)
 		if perr := <-errc; err == nil {
 			err = perr
@@ -141,12 +166,16 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 	if err != nil {
 		return err
 	}
-	steady, steadyLearn, err := phase("steady", *rate)
+	idle, _, err := phase("idle", *rate, false)
+	if err != nil {
+		return err
+	}
+	steady, steadyLearn, err := phase("steady", *rate, true)
 	stopTrace()
 	if err != nil {
 		return err
 	}
-	flood, floodLearn, err := phase("flood", *floodRate)
+	flood, floodLearn, err := phase("flood", *floodRate, true)
 	if err != nil {
 		return err
 	}
@@ -162,6 +191,7 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 	line("throughput_query_queue", *queue)
 	line("throughput_learn_yield_ms", fmt.Sprintf("%.1f", ms(*learnYield)))
 	line("throughput_rounds", *rounds)
+	line("throughput_daemon_process", *process)
 	line("throughput_library_images_per_s", fmt.Sprintf("%.0f", libRate))
 	line("throughput_daemon_images_per_s", fmt.Sprintf("%.0f", daemonRate))
 	line("throughput_daemon_overhead", fmt.Sprintf("%.3f", 1-daemonRate/libRate))
@@ -169,7 +199,7 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 		name  string
 		load  *queryLoad
 		learn float64
-	}{{"embed", steady, steadyLearn}, {"flood", flood, floodLearn}} {
+	}{{"idle", idle, 0}, {"embed", steady, steadyLearn}, {"flood", flood, floodLearn}} {
 		l := ph.load
 		line(ph.name+"_rate_per_s", fmt.Sprintf("%.0f", l.rate))
 		line(ph.name+"_sent", l.sent)
@@ -180,7 +210,9 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 		line(ph.name+"_answer_p50_ms", fmt.Sprintf("%.2f", ms(percentile(l.answerLat, 0.5))))
 		line(ph.name+"_answer_p99_ms", fmt.Sprintf("%.2f", ms(percentile(l.answerLat, 0.99))))
 		line(ph.name+"_busy_p99_ms", fmt.Sprintf("%.2f", ms(percentile(l.busyLat, 0.99))))
-		line(ph.name+"_learn_images_per_s", fmt.Sprintf("%.0f", ph.learn))
+		if ph.load != idle {
+			line(ph.name+"_learn_images_per_s", fmt.Sprintf("%.0f", ph.learn))
+		}
 	}
 	return nil
 }
@@ -189,7 +221,7 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 // of the daemon: until limit messages are learned (limit ≥ 0), or until
 // stop is closed (limit < 0). sent counts the messages published over all
 // calls.
-func (in *inProcess) publish(ctx context.Context, msgs []*nats.Msg, sent *int, limit int, stop <-chan struct{}) error {
+func (in *benchDaemon) publish(ctx context.Context, msgs []*nats.Msg, sent *int, limit int, stop <-chan struct{}) error {
 	base := *sent
 	for {
 		if limit >= 0 && *sent-base == limit {
