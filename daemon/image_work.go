@@ -94,10 +94,14 @@ func (m *imageModel) contribute(batch []sample, src rand.Source, ahead int) ([]b
 
 // seedLocally codes the minibatch in m.w, whose rows are the seeds of a
 // dictionary not yet complete, with a copy of the dictionary that learns
-// from them (drawing from src), as a single daemon codes its first
-// minibatch with the atoms it seeds from it; without it, codes and
-// outputs of the first step would be blank. The owner seeds its own
-// dictionary from the rows, with its own source.
+// from them, as a single daemon codes its first minibatch with the atoms
+// it seeds from it; without it, codes and outputs of the first step would
+// be blank. The copy takes as its missing atoms non-blank rows drawn
+// uniformly from src (those equal to an atom aside), not by k-means++,
+// whose cost grows as K times the rows (a minute for K = 4096 and 256
+// MNIST images on one core, longer than a task may take); its atoms only
+// code this minibatch. The owner seeds its own dictionary from the rows
+// by k-means++, with its own source.
 func (m *imageModel) seedLocally(src rand.Source) {
 	b, err := m.km.MarshalBinary()
 	if err != nil {
@@ -106,6 +110,28 @@ func (m *imageModel) seedLocally(src rand.Source) {
 	k := online.NewKMeans(m.km.Settings(), src)
 	if err := k.UnmarshalBinary(b); err != nil {
 		panic(err) // its own encoding
+	}
+	var rows []int
+	for i, blank := range m.blank {
+		if !blank {
+			rows = append(rows, i)
+		}
+	}
+	missing := min(k.Settings().K-k.Seeded(), len(rows))
+	rng := rand.New(src)
+	for i := range missing { // the first missing of a random permutation
+		j := i + rng.IntN(len(rows)-i)
+		rows[i], rows[j] = rows[j], rows[i]
+	}
+	rows = rows[:missing]
+	slices.Sort(rows)
+	_, dim := m.w.Dims()
+	seeds := mat.NewDense(max(missing, 1), dim, nil)
+	for i, r := range rows {
+		seeds.SetRow(i, m.w.RawRowView(r))
+	}
+	if missing > 0 {
+		k.Learn(seeds, nil)
 	}
 	k.LearnAssign(m.assign, nil, &m.w, m.blank)
 }

@@ -260,6 +260,73 @@ func TestWorkChunksReassemble(t *testing.T) {
 
 // A contribution cut short or corrupted is refused with an error before
 // the model changes, never with a panic.
+// TestWorkContributionCodesTheFirstStep checks that a minibatch coded
+// with a dictionary not yet seeded gets codes all the same: every
+// non-blank patch is coded with an atom of the locally seeded copy, the
+// rows go to the owner as seeds, the outputs are not empty, the model
+// coded with is left as it was, and the same task draws the same atoms.
+func TestWorkContributionCodesTheFirstStep(t *testing.T) {
+	p := digitsPipeline("digits", "mnist.images", 16)
+	m := newModel(&p, rand.NewPCG(1, 2)).(*imageModel)
+	msgs, err := record.ReadFile(filepath.Join("..", "testdata", "streams", "mnist-train-1000.smtdrec"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch := make([]sample, 8)
+	for i := range batch {
+		if batch[i], err = decode(&p, msgs[i].Header, msgs[i].Data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := m.snapshot().(*imageModel)
+	enc, outs := w.contribute(batch, rand.NewPCG(1, 7), 1)
+	if w.km.Seeded() != 0 {
+		t.Fatalf("coding seeded the worker's model: %d atoms", w.km.Seeded())
+	}
+	var c imageContribution
+	if err := c.decode(enc); err != nil {
+		t.Fatal(err)
+	}
+	if len(c.km.Seeds) == 0 {
+		t.Error("an unseeded dictionary's contribution carries no seeds")
+	}
+	if len(c.codes) != len(w.blank) {
+		t.Fatalf("%d codes for %d patches", len(c.codes), len(w.blank))
+	}
+	coded := 0
+	for i, a := range c.codes {
+		switch {
+		case w.blank[i] && a != -1:
+			t.Fatalf("blank patch %d coded %d", i, a)
+		case !w.blank[i] && (a < 0 || int(a) >= p.KMeans.Atoms):
+			t.Fatalf("patch %d coded %d with %d atoms", i, a, p.KMeans.Atoms)
+		case !w.blank[i]:
+			coded++
+		}
+	}
+	if coded == 0 {
+		t.Fatal("no patch is coded")
+	}
+	for i, o := range outs {
+		if floats32Zero(o.vector) {
+			t.Errorf("image %d: zero embedding", i)
+		}
+	}
+	again, _ := m.snapshot().(*imageModel).contribute(batch, rand.NewPCG(1, 7), 1)
+	if !bytes.Equal(enc, again) {
+		t.Error("the same task coded twice differs")
+	}
+}
+
+func floats32Zero(v []float32) bool {
+	for _, x := range v {
+		if x != 0 {
+			return false
+		}
+	}
+	return true
+}
+
 func TestWorkContributionMalformed(t *testing.T) {
 	p := digitsPipeline("digits", "mnist.images", 16)
 	m := newModel(&p, rand.NewPCG(1, 2)).(*imageModel)
