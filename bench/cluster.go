@@ -39,7 +39,11 @@ import (
 //     per 1,000 images, of the owner and of the workers together;
 //   - cluster_workers_per_owner: how many workers, each as busy as one
 //     core, one owner core can merge for: the workers' CPU per image over
-//     the owner's.
+//     the owner's;
+//   - cluster_minibatches_in_flight: (τ+1)·merge, the most minibatches
+//     the schedule lets workers code at once (steps of merge minibatches,
+//     at most τ+1 of them handed out ahead of the owner's model). The
+//     workers one owner keeps busy are the fewer of the two.
 //
 // With -accuracy it then runs the quick MNIST setting of `smtd bench
 // mnist` (-accuracy-train images, two passes, -accuracy-test test
@@ -95,6 +99,7 @@ func Cluster(ctx context.Context, w io.Writer, args []string) error {
 	}
 	if last != nil {
 		last.report(w, timed)
+		fmt.Fprintf(w, "cluster_minibatches_in_flight: %d\n", (*staleness+1)**merge)
 	}
 	if !*accuracy {
 		return nil

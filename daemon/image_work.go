@@ -390,11 +390,35 @@ func workerParts(m *imageModel) []part {
 	return ps
 }
 
+// codingState is the image model's own coding setting in a model
+// version: patches.min_norm, below which a patch is blank (the stages
+// carry their settings in their own sections). With it, workers code as
+// the owner's config says, after a reload of the owner too.
+type codingState struct{ m *imageModel }
+
+const codingSection = "coding"
+
+func (c codingState) MarshalBinary() ([]byte, error) {
+	e := state.NewEncoder(nil)
+	e.F64(c.m.minNorm)
+	return e.Bytes(), nil
+}
+
+func (c codingState) UnmarshalBinary(b []byte) error {
+	d := state.NewDecoder(b)
+	v := d.F64()
+	if !d.Done() || !(v >= 0) {
+		return errors.New("smtd: the coding section of a model version does not decode")
+	}
+	c.m.minNorm = v
+	return nil
+}
+
 // workerSections returns what a worker needs of the model to code and
 // embed.
 func (m *imageModel) workerSections() ([]Section, error) {
 	var secs []Section
-	for _, p := range workerParts(m) {
+	for _, p := range append(workerParts(m), part{codingSection, codingState{m}}) {
 		b, err := p.state.MarshalBinary()
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", p.name, err)
@@ -415,6 +439,13 @@ func (m *imageModel) withWorkerSections(secs []Section) (*imageModel, error) {
 		}
 		if err := p.state.UnmarshalBinary(b); err != nil {
 			return nil, fmt.Errorf("%s: %w", p.name, err)
+		}
+	}
+	// Versions kept in checkpoints of earlier builds have no coding
+	// section: those code with this daemon's setting.
+	if b, err := findSection(secs, codingSection); err == nil {
+		if err := (codingState{s}).UnmarshalBinary(b); err != nil {
+			return nil, err
 		}
 	}
 	return s, nil

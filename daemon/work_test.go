@@ -318,6 +318,41 @@ func TestWorkContributionCodesTheFirstStep(t *testing.T) {
 	}
 }
 
+// TestWorkerVersionCarriesTheOwnersSettings checks that a model version
+// tells workers the owner's current settings, reloaded ones included:
+// a worker whose own config is older codes with the owner's.
+func TestWorkerVersionCarriesTheOwnersSettings(t *testing.T) {
+	p := digitsPipeline("digits", "mnist.images", 16)
+	owner := newModel(&p, rand.NewPCG(1, 2)).(*imageModel)
+	worker := newModel(&p, rand.NewPCG(1, 2)).(*imageModel)
+	tuned := p
+	tuned.Patches.MinNorm = p.Patches.MinNorm*2 + 0.01
+	tuned.Whiten.Lambda = p.Whiten.Lambda * 3
+	tuned.KMeans.ReseedAfter = p.KMeans.ReseedAfter + 7
+	tuned.SMT.LearningRate = p.SMT.LearningRate / 2
+	owner.tune(&tuned)
+	secs, err := owner.workerSections()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := worker.withWorkerSections(secs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.minNorm != tuned.Patches.MinNorm || worker.minNorm != p.Patches.MinNorm {
+		t.Errorf("min_norm: version %v, worker %v; want %v and %v", got.minNorm, worker.minNorm, tuned.Patches.MinNorm, p.Patches.MinNorm)
+	}
+	if l := got.white.Settings().Lambda; l != tuned.Whiten.Lambda {
+		t.Errorf("whitening λ %v, want %v", l, tuned.Whiten.Lambda)
+	}
+	if r := got.km.Settings().ReseedAfter; r != tuned.KMeans.ReseedAfter {
+		t.Errorf("reseed_after %v, want %v", r, tuned.KMeans.ReseedAfter)
+	}
+	if got.smt != nil && got.smt.Settings().LearningRate != tuned.SMT.LearningRate {
+		t.Errorf("SMT learning rate %v, want %v", got.smt.Settings().LearningRate, tuned.SMT.LearningRate)
+	}
+}
+
 func floats32Zero(v []float32) bool {
 	for _, x := range v {
 		if x != 0 {
