@@ -102,7 +102,7 @@ func BenchmarkWhiten(b *testing.B) {
 
 // BenchmarkKMeansContribution measures the two halves of a data-parallel
 // step at K = 4096: a worker's Contribute of a 1024-row minibatch (the
-// scoring, with candidates), its encoding, and the owner's Apply of 4
+// scoring, with candidates), its encoding and decoding, and the owner's Apply of 4
 // such contributions.
 func BenchmarkKMeansContribution(b *testing.B) {
 	const n, k = 1024, 4096
@@ -132,6 +132,17 @@ func BenchmarkKMeansContribution(b *testing.B) {
 			size = len(data)
 		}
 		b.ReportMetric(float64(size), "bytes")
+	})
+	b.Run("Unmarshal", func(b *testing.B) {
+		data, _ := cs[0].MarshalBinary()
+		var c KMeansContribution
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := c.UnmarshalBinary(data); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.SetBytes(int64(len(data)))
 	})
 	b.Run("Apply4", func(b *testing.B) {
 		owner := km.Clone()

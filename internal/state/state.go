@@ -10,6 +10,7 @@ package state
 import (
 	"encoding/binary"
 	"math"
+	"slices"
 
 	"gonum.org/v1/gonum/mat"
 )
@@ -44,15 +45,17 @@ func (e *Encoder) Raw(b []byte) { e.b = append(e.b, b...) }
 
 // F64s writes every element of v.
 func (e *Encoder) F64s(v []float64) {
+	e.b = slices.Grow(e.b, 8*len(v))
 	for _, x := range v {
-		e.F64(x)
+		e.b = binary.LittleEndian.AppendUint64(e.b, math.Float64bits(x))
 	}
 }
 
 // I64s writes every element of v.
 func (e *Encoder) I64s(v []int64) {
+	e.b = slices.Grow(e.b, 8*len(v))
 	for _, x := range v {
-		e.I64(x)
+		e.b = binary.LittleEndian.AppendUint64(e.b, uint64(x))
 	}
 }
 
@@ -158,17 +161,25 @@ func (d *Decoder) Uvarint() uint64 {
 	return v
 }
 
-// F64s fills dst.
+// F64s fills dst; after a failure it leaves dst as it was.
 func (d *Decoder) F64s(dst []float64) {
+	p := d.take(8 * len(dst))
+	if p == nil {
+		return
+	}
 	for i := range dst {
-		dst[i] = d.F64()
+		dst[i] = math.Float64frombits(binary.LittleEndian.Uint64(p[8*i:]))
 	}
 }
 
-// I64s fills dst.
+// I64s fills dst; after a failure it leaves dst as it was.
 func (d *Decoder) I64s(dst []int64) {
+	p := d.take(8 * len(dst))
+	if p == nil {
+		return
+	}
 	for i := range dst {
-		dst[i] = d.I64()
+		dst[i] = int64(binary.LittleEndian.Uint64(p[8*i:]))
 	}
 }
 
