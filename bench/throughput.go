@@ -56,7 +56,7 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 	queue := fs.Int("queue", config.Default().Service.QueryQueue, "service.query_queue")
 	learnYield := fs.Duration("learn-yield", config.Default().Service.LearnYield, "service.learn_yield")
 	rounds := fs.Int("rounds", 3, "alternating library and daemon learning runs; their medians are reported")
-	process := fs.Bool("process", false, "run the daemon as `smtd run` in a process of its own (default: in this process)")
+	process := fs.Bool("process", false, "run the daemon as smtd run in a process of its own (default: in this process)")
 	tracePath := fs.String("trace", "", "write an execution trace (runtime/trace) of the query phase at -rate to `file`")
 	if err := fs.Parse(args); err != nil {
 		return err

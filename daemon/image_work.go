@@ -123,14 +123,14 @@ func (m *imageModel) seedLocally(src rand.Source) {
 		j := i + rng.IntN(len(rows)-i)
 		rows[i], rows[j] = rows[j], rows[i]
 	}
-	rows = rows[:missing]
-	slices.Sort(rows)
-	_, dim := m.w.Dims()
-	seeds := mat.NewDense(max(missing, 1), dim, nil)
-	for i, r := range rows {
-		seeds.SetRow(i, m.w.RawRowView(r))
-	}
 	if missing > 0 {
+		rows = rows[:missing]
+		slices.Sort(rows)
+		_, dim := m.w.Dims()
+		seeds := mat.NewDense(missing, dim, nil)
+		for i, r := range rows {
+			seeds.SetRow(i, m.w.RawRowView(r))
+		}
 		k.Learn(seeds, nil)
 	}
 	k.LearnAssign(m.assign, nil, &m.w, m.blank)
