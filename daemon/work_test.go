@@ -5,7 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -17,7 +17,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/smtd/smtd/config"
-	"github.com/smtd/smtd/record"
 )
 
 // workerPipeline is the deterministic worker-mode pipeline of the tests:
@@ -45,10 +44,7 @@ type simulation struct {
 // contributions are applied in order. It stops at the last whole step.
 func simulateWorkers(t testing.TB, p config.Pipeline, stream string) simulation {
 	t.Helper()
-	msgs, err := record.ReadFile(filepath.Join("..", "testdata", "streams", stream))
-	if err != nil {
-		t.Fatal(err)
-	}
+	msgs := readStream(t, stream)
 	src := rand.NewPCG(p.Seed, 0x736d7464)
 	owner := newModel(&p, src).(*imageModel)
 	owner.tune(&p)
@@ -100,6 +96,7 @@ func simulateWorkers(t testing.TB, p config.Pipeline, stream string) simulation 
 		sim.samples += int64(step)
 		keep(sim.version)
 	}
+	var err error
 	if sim.sections, err = owner.sections(); err != nil {
 		t.Fatal(err)
 	}
@@ -258,8 +255,6 @@ func TestWorkChunksReassemble(t *testing.T) {
 	}
 }
 
-// A contribution cut short or corrupted is refused with an error before
-// the model changes, never with a panic.
 // TestWorkContributionCodesTheFirstStep checks that a minibatch coded
 // with a dictionary not yet seeded gets codes all the same: every
 // non-blank patch is coded with an atom of the locally seeded copy, the
@@ -268,16 +263,7 @@ func TestWorkChunksReassemble(t *testing.T) {
 func TestWorkContributionCodesTheFirstStep(t *testing.T) {
 	p := digitsPipeline("digits", "mnist.images", 16)
 	m := newModel(&p, rand.NewPCG(1, 2)).(*imageModel)
-	msgs, err := record.ReadFile(filepath.Join("..", "testdata", "streams", "mnist-train-1000.smtdrec"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	batch := make([]sample, 8)
-	for i := range batch {
-		if batch[i], err = decode(&p, msgs[i].Header, msgs[i].Data); err != nil {
-			t.Fatal(err)
-		}
-	}
+	batch := recordedBatch(t, &p, 8)
 	w := m.snapshot().(*imageModel)
 	enc, outs := w.contribute(batch, rand.NewPCG(1, 7), 1)
 	if w.km.Seeded() != 0 {
@@ -308,7 +294,7 @@ func TestWorkContributionCodesTheFirstStep(t *testing.T) {
 		t.Fatal("no patch is coded")
 	}
 	for i, o := range outs {
-		if floats32Zero(o.vector) {
+		if !slices.ContainsFunc(o.vector, func(x float32) bool { return x != 0 }) {
 			t.Errorf("image %d: zero embedding", i)
 		}
 	}
@@ -353,28 +339,27 @@ func TestWorkerVersionCarriesTheOwnersSettings(t *testing.T) {
 	}
 }
 
-func floats32Zero(v []float32) bool {
-	for _, x := range v {
-		if x != 0 {
-			return false
-		}
-	}
-	return true
-}
-
-func TestWorkContributionMalformed(t *testing.T) {
-	p := digitsPipeline("digits", "mnist.images", 16)
-	m := newModel(&p, rand.NewPCG(1, 2)).(*imageModel)
-	msgs, err := record.ReadFile(filepath.Join("..", "testdata", "streams", "mnist-train-1000.smtdrec"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	batch := make([]sample, 8)
+// recordedBatch decodes the first n images of the recorded MNIST stream
+// for p.
+func recordedBatch(t *testing.T, p *config.Pipeline, n int) []sample {
+	t.Helper()
+	msgs := readStream(t, "mnist-train-1000.smtdrec")
+	batch := make([]sample, n)
 	for i := range batch {
-		if batch[i], err = decode(&p, msgs[i].Header, msgs[i].Data); err != nil {
+		var err error
+		if batch[i], err = decode(p, msgs[i].Header, msgs[i].Data); err != nil {
 			t.Fatal(err)
 		}
 	}
+	return batch
+}
+
+// A contribution cut short or corrupted is refused with an error before
+// the model changes, never with a panic.
+func TestWorkContributionMalformed(t *testing.T) {
+	p := digitsPipeline("digits", "mnist.images", 16)
+	m := newModel(&p, rand.NewPCG(1, 2)).(*imageModel)
+	batch := recordedBatch(t, &p, 8)
 	enc, _ := m.snapshot().(*imageModel).contribute(batch, rand.NewPCG(1, 1), 1)
 	before, err := m.sections()
 	if err != nil {
