@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -19,7 +18,6 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/smtd/smtd/config"
-	"github.com/smtd/smtd/daemon"
 	"github.com/smtd/smtd/dataset"
 	"github.com/smtd/smtd/internal/natscluster"
 )
@@ -178,9 +176,8 @@ func (r *workerRun) start(ctx context.Context) error {
 	}
 	defer nc.Close()
 	return pollUntil(ctx, time.Minute, "the owner and its input stream", func() bool {
-		m, err := nc.Request(config.Default().Subject("status"), nil, time.Second)
-		var st daemon.Status
-		if err != nil || json.Unmarshal(m.Data, &st) != nil || len(st.Pipelines) == 0 || st.Pipelines[0].Owner != "d0" {
+		st, err := requestStatus(nc, config.Default().Subject("status"), time.Second)
+		if err != nil || st.Pipelines[0].Owner != "d0" {
 			return false
 		}
 		sctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -234,9 +231,8 @@ func (r *workerRun) learn(ctx context.Context, train *dataset.Images, from, n, p
 	<-js.PublishAsyncComplete()
 	r.sent += passes * n
 	err = pollUntil(ctx, time.Hour, "every image applied", func() bool {
-		m, err := nc.Request(config.Default().Subject("status"), nil, time.Second)
-		var st daemon.Status
-		return err == nil && json.Unmarshal(m.Data, &st) == nil && len(st.Pipelines) > 0 && st.Pipelines[0].LastSeq >= uint64(r.sent)
+		st, err := requestStatus(nc, config.Default().Subject("status"), time.Second)
+		return err == nil && st.Pipelines[0].LastSeq >= uint64(r.sent)
 	})
 	secs := time.Since(start).Seconds()
 	for name, b := range r.connBytes() {

@@ -133,8 +133,14 @@ func (in *benchDaemon) status() (daemon.Status, error) {
 	if in.d != nil {
 		return in.d.Status(), nil
 	}
+	return requestStatus(in.nc, config.Default().Subject("status"), time.Second)
+}
+
+// requestStatus asks a daemon (in cluster mode, any one) for its status on
+// subject, `<prefix>.status`; a status without pipelines is an error.
+func requestStatus(nc *nats.Conn, subject string, timeout time.Duration) (daemon.Status, error) {
 	var st daemon.Status
-	m, err := in.nc.Request(config.Default().Subject("status"), nil, time.Second)
+	m, err := nc.Request(subject, nil, timeout)
 	if err == nil {
 		err = json.Unmarshal(m.Data, &st)
 	}

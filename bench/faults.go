@@ -404,13 +404,7 @@ func (r *faultRun) signalDaemon(sig syscall.Signal) error {
 }
 
 func (r *faultRun) status() (daemon.Status, error) {
-	var st daemon.Status
-	m, err := r.nc.Request(r.cfg.Subject("status"), nil, 2*time.Second)
-	if err != nil {
-		return st, err
-	}
-	err = json.Unmarshal(m.Data, &st)
-	return st, err
+	return requestStatus(r.nc, r.cfg.Subject("status"), 2*time.Second)
 }
 
 // learned returns the least last applied sequence over the pipelines.

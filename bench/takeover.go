@@ -3,7 +3,6 @@ package bench
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -113,9 +112,8 @@ func Takeover(ctx context.Context, w io.Writer, args []string) error {
 	}
 	defer nc.Close()
 	status := func() daemon.PipelineStatus {
-		m, err := nc.Request(config.Default().Subject("status"), nil, time.Second)
-		var st daemon.Status
-		if err != nil || json.Unmarshal(m.Data, &st) != nil || len(st.Pipelines) == 0 {
+		st, err := requestStatus(nc, config.Default().Subject("status"), time.Second)
+		if err != nil {
 			return daemon.PipelineStatus{}
 		}
 		return st.Pipelines[0]
