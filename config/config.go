@@ -228,6 +228,21 @@ type Service struct {
 	// machine `smtd bench throughput -learn-yield 2ms` measured no gain
 	// over 0 within the noise.
 	LearnYield time.Duration `yaml:"learn_yield"`
+	// LearnNice is how much lower than the rest of the daemon each
+	// pipeline's learner runs, as a Linux nice value (0..19): the balance
+	// between learning and serving. The learner runs on an OS thread of
+	// its own at that niceness, and the daemon adds one to GOMAXPROCS per
+	// learner, so that a learner never takes a P from NATS traffic and
+	// queries; the kernel gives the cores to the NATS server and the
+	// queries when they need them, and the learners take the rest. On a
+	// 2-core machine (`smtd bench throughput -learn-nice 10`) overloaded
+	// queries were answered twice as often, with half the latency, while
+	// learning kept a quarter of its rate; without queries, learning lost
+	// 6-10% to the extra P. 0 runs learners like everything else. When
+	// the GOMAXPROCS environment variable is set, the daemon leaves it as
+	// it is. Ignored, with a warning, on other systems than Linux.
+	// Default 0.
+	LearnNice int `yaml:"learn_nice"`
 }
 
 // Checkpoint configures periodic checkpoints. Checkpoints are also written

@@ -42,6 +42,7 @@ func TestLoadFiles(t *testing.T) {
 			"query-pool.bad.yaml:2: service.query_workers: must be in 0..1024 (0: GOMAXPROCS), got -1",
 			"query-pool.bad.yaml:3: service.query_queue: must be in 1..1048576, got 0",
 			"query-pool.bad.yaml:4: service.learn_yield: must be in 0..1s, got -1ms",
+			"query-pool.bad.yaml:5: service.learn_nice: must be in 0..19 (0: learners at the daemon's priority), got 20",
 		}},
 		{file: "observe.good.yaml"},
 		{file: "observe.bad.yaml", wantErr: []string{`observe.bad.yaml:2: observe.http: must be empty or host:port with port 0..65535, got "localhost"`}},

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -67,8 +68,9 @@ type Daemon struct {
 	storage atomic.Pointer[string]
 	// writeErr is the first JetStream write error the embedded server
 	// logged since JetStream last started.
-	writeErr atomic.Pointer[string]
-	identity []nats.Option // the daemon's credentials on the embedded server
+	writeErr    atomic.Pointer[string]
+	identity    []nats.Option // the daemon's credentials on the embedded server
+	procsBefore int           // GOMAXPROCS before reserveLearnerProcs raised it; 0: unchanged
 	// member is the daemon's name in cluster mode (cluster.name, or host
 	// and process ID); "" otherwise.
 	member string
@@ -164,9 +166,11 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 			d.watchStorage(runCtx)
 		}()
 	}
+	d.reserveLearnerProcs()
+	nice := d.cfg.Service.LearnNice
 	for _, pl := range d.pipelines {
 		if pl.cfg.Workers.Enabled {
-			if err := d.startWorker(ctx, runCtx, pl); err != nil {
+			if err := d.startWorker(ctx, runCtx, pl, nice); err != nil {
 				return err
 			}
 		}
@@ -174,6 +178,7 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 		go func() {
 			defer d.wg.Done()
 			defer close(pl.finished)
+			pl.learnBelowDaemon(nice)
 			if d.cluster != nil {
 				d.cluster.serve(runCtx, pl)
 				return
@@ -272,6 +277,9 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		case <-done:
 		case <-ctx.Done():
 			d.shutdownErr = fmt.Errorf("smtd: shutdown: pipelines still running: %w", ctx.Err())
+		}
+		if d.procsBefore > 0 {
+			runtime.GOMAXPROCS(d.procsBefore)
 		}
 		if d.svc != nil {
 			d.svc.Stop()

@@ -1043,9 +1043,9 @@ func (w *worker) fetch(ctx context.Context, t *workTask, meta *workMeta) ([]samp
 }
 
 // startWorker starts the worker of pipeline main (in worker mode), with a
-// pipeline of its own for its config, counters and outputs; it runs until
-// runCtx is done.
-func (d *Daemon) startWorker(ctx, runCtx context.Context, main *pipeline) error {
+// pipeline of its own for its config, counters and outputs, at nice
+// (service.learn_nice); it runs until runCtx is done.
+func (d *Daemon) startWorker(ctx, runCtx context.Context, main *pipeline, nice int) error {
 	pl := newPipeline(d, main.cfg)
 	st, err := ensureStream(ctx, d.js, d.cfg, &pl.cfg)
 	if err != nil {
@@ -1055,6 +1055,7 @@ func (d *Daemon) startWorker(ctx, runCtx context.Context, main *pipeline) error 
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
+		pl.learnBelowDaemon(nice)
 		d.runWorker(runCtx, pl, main)
 	}()
 	return nil

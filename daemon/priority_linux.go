@@ -1,0 +1,18 @@
+package daemon
+
+import (
+	"runtime"
+
+	"golang.org/x/sys/unix"
+)
+
+// lowerLearnerPriority moves the calling goroutine, a pipeline's learner,
+// onto an OS thread of its own and raises that thread's nice value to nice
+// (service.learn_nice). The goroutine never unlocks the thread, so the
+// thread ends with it and no other goroutine ever runs at the lowered
+// priority; goroutines the learner starts run on other threads, at the
+// daemon's priority.
+func lowerLearnerPriority(nice int) error {
+	runtime.LockOSThread()
+	return unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), nice)
+}

@@ -1,0 +1,15 @@
+//go:build !linux
+
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+)
+
+// lowerLearnerPriority is only implemented on Linux, where a thread has a
+// nice value of its own.
+func lowerLearnerPriority(int) error {
+	return fmt.Errorf("service.learn_nice on %s: %w", runtime.GOOS, errors.ErrUnsupported)
+}
