@@ -55,6 +55,7 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 	workers := fs.Int("workers", 0, "service.query_workers (0: GOMAXPROCS)")
 	queue := fs.Int("queue", config.Default().Service.QueryQueue, "service.query_queue")
 	learnYield := fs.Duration("learn-yield", config.Default().Service.LearnYield, "service.learn_yield")
+	learnNice := fs.Int("learn-nice", config.Default().Service.LearnNice, "service.learn_nice: the learner's nice value above the daemon's (0..19)")
 	rounds := fs.Int("rounds", 3, "alternating library and daemon learning runs; their medians are reported")
 	process := fs.Bool("process", false, "run the daemon as smtd run in a process of its own (default: in this process)")
 	tracePath := fs.String("trace", "", "write an execution trace (runtime/trace) of the query phase at -rate to `file`")
@@ -112,7 +113,7 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 		}
 		// The daemon, with the query pool under test.
 		change := func(c *config.Config) {
-			c.Service.QueryWorkers, c.Service.QueryQueue, c.Service.LearnYield = *workers, *queue, *learnYield
+			c.Service.QueryWorkers, c.Service.QueryQueue, c.Service.LearnYield, c.Service.LearnNice = *workers, *queue, *learnYield, *learnNice
 		}
 		if *process {
 			in, err = startDaemonProcessWith(ctx, p, change)
@@ -190,6 +191,7 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 	line("throughput_query_workers", *workers)
 	line("throughput_query_queue", *queue)
 	line("throughput_learn_yield_ms", fmt.Sprintf("%.1f", ms(*learnYield)))
+	line("throughput_learn_nice", *learnNice)
 	line("throughput_rounds", *rounds)
 	line("throughput_daemon_process", *process)
 	line("throughput_library_images_per_s", fmt.Sprintf("%.0f", libRate))
