@@ -161,7 +161,10 @@ type KMeans struct {
 	dead []int       // atoms to re-seed
 	prev []float64   // an atom before its step (Apply)
 	cand []candidate // the re-seeding candidates of Apply
-	pool sync.Pool   // *scratch for the read-only methods
+	// pool holds *scratch for the read-only methods. A dictionary and
+	// its clones share it, so that coding with a new snapshot finds the
+	// workspaces the previous one left.
+	pool *sync.Pool
 }
 
 // NewKMeans returns an empty dictionary (no atom seeded yet). src is the
@@ -182,7 +185,7 @@ func NewKMeans(s KMeansSettings, src rand.Source) *KMeans {
 	if src != nil {
 		k.rng = rand.New(src)
 	}
-	k.pool.New = func() any { return new(scratch) }
+	k.pool = &sync.Pool{New: func() any { return new(scratch) }}
 	return k
 }
 
@@ -858,7 +861,8 @@ func (k *KMeans) CodesGQ(dst *SparseCodes, x mat.Matrix, t float64) {
 
 // Clone returns a deep copy of the dictionary. The copy draws from the same
 // rand.Source, so only one of the two should Learn; a clone used as an
-// immutable snapshot for queries shares nothing mutable with k.
+// immutable snapshot for queries shares nothing mutable with k but the
+// pool of coding workspaces, which is safe for concurrent use.
 func (k *KMeans) Clone() *KMeans {
 	c := &KMeans{
 		s:       k.s,
@@ -871,8 +875,8 @@ func (k *KMeans) Clone() *KMeans {
 		batches: k.batches,
 		samples: k.samples,
 		reseeds: k.reseeds,
+		pool:    k.pool,
 	}
-	c.pool.New = func() any { return new(scratch) }
 	return c
 }
 

@@ -535,6 +535,13 @@ func TestKMeansSteadyStateAllocs(t *testing.T) {
 			t.Errorf("%s: %v allocations per call", name, n)
 		}
 	}
+	// A clone, a new snapshot, codes in the workspaces its original left:
+	// coding with it allocates nothing beyond the copy itself.
+	clone := testing.AllocsPerRun(20, func() { km.Clone() })
+	cloneAndCode := testing.AllocsPerRun(20, func() { km.Clone().Assign(dst, nil, x) })
+	if cloneAndCode != clone {
+		t.Errorf("Clone then Assign: %v allocations, Clone alone %v", cloneAndCode, clone)
+	}
 }
 
 func TestArgmaxRow(t *testing.T) {

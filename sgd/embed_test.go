@@ -208,3 +208,23 @@ func TestEmbedImagesWeighted(t *testing.T) {
 		t.Error("reweighting a patch's atoms did not change its embedding")
 	}
 }
+
+// A clone of the SMT, a new snapshot, embeds in the workspaces its
+// original left: embedding with it allocates nothing beyond the copy.
+func TestSMTCloneSharesWorkspaces(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are not meaningful under -race")
+	}
+	const k = 64
+	codes := benchCodes(1, k)[0]
+	m := sgd.NewSMT(sgd.SMTSettings{K: k, Dim: 8}, rand.NewPCG(1, 2))
+	dst := mat.NewDense(32, sgd.PoolSettings{}.Len(mnistGrid, 8), nil)
+	m.EmbedImagesVQ(dst, codes, 32, mnistGrid, sgd.PoolSettings{})
+	clone := testing.AllocsPerRun(20, func() { m.Clone() })
+	cloneAndEmbed := testing.AllocsPerRun(20, func() {
+		m.Clone().EmbedImagesVQ(dst, codes, 32, mnistGrid, sgd.PoolSettings{})
+	})
+	if cloneAndEmbed != clone {
+		t.Errorf("Clone then EmbedImagesVQ: %v allocations, Clone alone %v", cloneAndEmbed, clone)
+	}
+}

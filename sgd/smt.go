@@ -160,7 +160,7 @@ type SMT struct {
 	vsym  mat.SymDense
 	chol  mat.Cholesky
 
-	pool sync.Pool // *embedScratch
+	pool *sync.Pool // *embedScratch, shared with clones (see Clone)
 }
 
 // NewSMT returns an SMT whose P has independent standard normal entries
@@ -191,7 +191,7 @@ func newSMT(s SMTSettings) *SMT {
 		pt:   mat.NewDense(n, s.Dim, nil),
 		unit: mat.NewDense(n, s.Dim, nil),
 	}
-	m.pool.New = func() any { return new(embedScratch) }
+	m.pool = &sync.Pool{New: func() any { return new(embedScratch) }}
 	return m
 }
 
@@ -707,12 +707,14 @@ func (m *SMT) orthogonalize(st *Stats, mean float64) error {
 	return nil
 }
 
-// Clone returns a deep copy of the SMT that shares nothing with m.
+// Clone returns a deep copy of the SMT that shares nothing mutable with m
+// but the pool of embedding workspaces, which is safe for concurrent use.
 func (m *SMT) Clone() *SMT {
 	c := newSMT(m.s)
 	c.pt.Copy(m.pt)
 	c.unit.Copy(m.unit)
 	c.steps = m.steps
+	c.pool = m.pool
 	return c
 }
 

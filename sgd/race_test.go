@@ -1,0 +1,5 @@
+//go:build race
+
+package sgd_test
+
+const raceEnabled = true
