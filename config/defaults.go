@@ -21,7 +21,7 @@ func Default() *Config {
 			Replicas:       1,
 		},
 		Cluster: Cluster{LeaseTTL: 4 * time.Second},
-		Service: Service{Name: "smtd", Prefix: "smtd", QueryQueue: 256},
+		Service: Service{Name: "smtd", Prefix: "smtd", QueryQueue: 256, LearnNice: 10},
 		Checkpoint: Checkpoint{
 			EverySamples: 10000,
 			Every:        5 * time.Minute,
