@@ -166,8 +166,8 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 			d.watchStorage(runCtx)
 		}()
 	}
-	d.reserveLearnerProcs()
-	nice := d.cfg.Service.LearnNice
+	nice := d.learnerNice()
+	d.reserveLearnerProcs(nice)
 	for _, pl := range d.pipelines {
 		if pl.cfg.Workers.Enabled {
 			if err := d.startWorker(ctx, runCtx, pl, nice); err != nil {

@@ -6,6 +6,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// threadPriorities says whether a thread has a nice value of its own.
+const threadPriorities = true
+
 // lowerLearnerPriority moves the calling goroutine, a pipeline's learner,
 // onto an OS thread of its own and raises that thread's nice value to nice
 // (service.learn_nice). The goroutine never unlocks the thread, so the

@@ -8,6 +8,10 @@ import (
 	"runtime"
 )
 
+// threadPriorities says whether a thread has a nice value of its own: on
+// Linux only.
+const threadPriorities = false
+
 // lowerLearnerPriority is only implemented on Linux, where a thread has a
 // nice value of its own.
 func lowerLearnerPriority(int) error {
