@@ -763,6 +763,7 @@ type worker struct {
 	versions map[workVersion]*heldVersion
 	arrived  chan struct{} // closed and replaced when a version arrives
 	stream   jetstream.Stream
+	asks     sync.WaitGroup // requests for a missing version (ask) in flight
 }
 
 type workVersion struct{ epoch, version uint64 }
@@ -781,6 +782,7 @@ type heldVersion struct {
 func (d *Daemon) runWorker(ctx context.Context, pl, main *pipeline) {
 	w := &worker{d: d, pl: pl, base: pl.model.(*imageModel), versions: map[workVersion]*heldVersion{}, arrived: make(chan struct{})}
 	w.self = d.cluster.self.Name
+	defer w.asks.Wait() // ctx is done: they return
 	var asm assembly
 	sub, err := d.nc.Subscribe(d.workSubject(pl.name, "model"), func(m *nats.Msg) {
 		if whole := asm.add(m); whole != nil {
@@ -905,7 +907,7 @@ func (w *worker) model(ctx context.Context, t *workTask) (*imageModel, uint64, e
 		}
 		if !asked {
 			asked = true
-			go w.ask(ctx, t.Version)
+			w.asks.Go(func() { w.ask(ctx, t.Version) })
 		}
 		select {
 		case <-ctx.Done():
