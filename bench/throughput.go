@@ -48,6 +48,7 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 	fs := flag.NewFlagSet("bench throughput", flag.ContinueOnError)
 	dir := fs.String("mnist", "../shared/data/mnist", "`directory` with the MNIST IDX files (gzip'd or not)")
 	nImages := fs.Int("images", 10000, "training images learned by the library and by the daemon")
+	atoms := fs.Int("k", config.DefaultPipeline(config.Image, "images").KMeans.Atoms, "dictionary size (kmeans.atoms) of the image pipeline")
 	rate := fs.Float64("rate", 500, "embed queries per second, idle and while the daemon learns")
 	floodRate := fs.Float64("flood-rate", 5000, "embed queries per second past capacity")
 	seconds := fs.Float64("seconds", 10, "duration of each query phase")
@@ -62,8 +63,8 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *rate <= 0 || *floodRate <= 0 || *seconds <= 0 || *nImages < 1 || *rounds < 1 {
-		return errors.New("bench throughput: -rate, -flood-rate, -seconds, -images and -rounds must be positive")
+	if *rate <= 0 || *floodRate <= 0 || *seconds <= 0 || *nImages < 1 || *rounds < 1 || *atoms < 1 {
+		return errors.New("bench throughput: -rate, -flood-rate, -seconds, -images, -rounds and -k must be positive")
 	}
 	train, err := dataset.ReadMNIST(*dir, "train")
 	if err != nil {
@@ -77,6 +78,7 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 	p := config.DefaultPipeline(config.Image, "images")
 	p.Input.Subject = "bench.images"
 	p.Output.Subject = "bench.images.embeddings"
+	p.KMeans.Atoms = *atoms
 
 	// The library (the pipeline's model alone, fed the same minibatches)
 	// and the daemon, alternately, each from an empty model: on a shared
