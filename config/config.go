@@ -240,9 +240,9 @@ type Service struct {
 	// to 2.8-3.0 ms, and past capacity twice the queries were answered
 	// with half the latency while learning kept a quarter of its rate;
 	// without queries, learning loses a few percent to the extra P. 0
-	// runs learners like everything else. When the GOMAXPROCS environment
-	// variable is set, the daemon leaves it as it is. Ignored, with a
-	// warning, on other systems than Linux. Default 10.
+	// runs learners like everything else, and so does a GOMAXPROCS
+	// environment variable, which the daemon then leaves as it is.
+	// Ignored, with a warning, on other systems than Linux. Default 10.
 	LearnNice int `yaml:"learn_nice"`
 }
 

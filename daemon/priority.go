@@ -10,12 +10,19 @@ import (
 var startProcs = runtime.GOMAXPROCS(0)
 
 // learnerNice is the nice value the daemon's learners run at:
-// service.learn_nice, or 0 where a thread has no priority of its own
-// (then it says so in the log).
+// service.learn_nice; or 0, with a line in the log, where a thread has no
+// priority of its own, or where the GOMAXPROCS environment variable fixes
+// the Ps (a learner at a lower priority that holds one of them would only
+// lose the core to other processes: bench cluster's GOMAXPROCS=1 workers
+// learned more slowly that way).
 func (d *Daemon) learnerNice() int {
 	n := d.cfg.Service.LearnNice
-	if n > 0 && !threadPriorities {
+	switch {
+	case n > 0 && !threadPriorities:
 		d.log.Warn().Str("os", runtime.GOOS).Int("learn_nice", n).Msg("service.learn_nice is ignored on this system: learners run at the daemon's priority")
+		return 0
+	case n > 0 && os.Getenv("GOMAXPROCS") != "":
+		d.log.Info().Str("GOMAXPROCS", os.Getenv("GOMAXPROCS")).Int("learn_nice", n).Msg("GOMAXPROCS is set: learners run at the daemon's priority, without a P of their own (service.learn_nice)")
 		return 0
 	}
 	return n
@@ -25,10 +32,9 @@ func (d *Daemon) learnerNice() int {
 // and a pipeline's worker in worker mode) one P more than the process
 // started with, when learners run below the daemon's priority (nice > 0):
 // a learner that runs holds its P, and the Ps of the rest of the daemon
-// stay as many as before. With the GOMAXPROCS environment variable set it
-// changes nothing. Shutdown sets GOMAXPROCS back.
+// stay as many as before. Shutdown sets GOMAXPROCS back.
 func (d *Daemon) reserveLearnerProcs(nice int) {
-	if nice == 0 || os.Getenv("GOMAXPROCS") != "" {
+	if nice == 0 {
 		return
 	}
 	learners := len(d.cfg.Pipelines)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -11,8 +12,11 @@ import (
 )
 
 // threadsAtNice counts the threads of this process whose nice value is
-// nice, from /proc/self/task/*/stat (field 19, proc(5)).
-func threadsAtNice(t *testing.T, nice int) int {
+// nice, from /proc/self/task/*/stat (field 19, proc(5)); the main thread
+// only if withMain. When a goroutine locked to the main thread exits, the
+// runtime parks that thread for good instead of ending it, so a learner
+// that ran there leaves it at the learner's nice value, running nothing.
+func threadsAtNice(t *testing.T, nice int, withMain bool) int {
 	t.Helper()
 	stats, err := filepath.Glob("/proc/self/task/*/stat")
 	if err != nil {
@@ -20,6 +24,9 @@ func threadsAtNice(t *testing.T, nice int) int {
 	}
 	n := 0
 	for _, p := range stats {
+		if !withMain && filepath.Base(filepath.Dir(p)) == strconv.Itoa(os.Getpid()) {
+			continue
+		}
 		b, err := os.ReadFile(p)
 		if err != nil {
 			continue // the thread has exited
@@ -35,19 +42,41 @@ func threadsAtNice(t *testing.T, nice int) int {
 }
 
 // A pipeline's learner runs on an OS thread of its own at
-// service.learn_nice, and that thread ends with the learner: no other
-// goroutine of the daemon runs at the lowered priority afterwards.
+// service.learn_nice, and that thread ends with the learner (or, the main
+// thread, is parked for good): no other goroutine of the daemon runs at
+// the lowered priority afterwards.
 func TestLearnerRunsAtLearnNice(t *testing.T) {
 	const nice = 13 // no other test's daemon uses it
-	if threadsAtNice(t, nice) != 0 {
+	if os.Getenv("GOMAXPROCS") != "" {
+		t.Skip("with GOMAXPROCS set, learners run at the daemon's priority")
+	}
+	if threadsAtNice(t, nice, false) != 0 {
 		t.Fatalf("a thread is at nice %d before the daemon starts", nice)
 	}
+	parked := threadsAtNice(t, nice, true) // the main thread, by an earlier run
+
 	cfg := testConfig(t, digitsPipeline("digits", "mnist.images", 64))
 	cfg.Service.LearnNice = nice
 	d := startDaemon(t, cfg)
-	waitFor(t, 10*time.Second, "the learner's thread at nice 13", func() bool { return threadsAtNice(t, nice) == 1 })
+	waitFor(t, 10*time.Second, "the learner's thread at nice 13", func() bool { return threadsAtNice(t, nice, true) == parked+1 })
 	if err := d.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "no thread at nice 13", func() bool { return threadsAtNice(t, nice) == 0 })
+	waitFor(t, 10*time.Second, "no thread at nice 13", func() bool { return threadsAtNice(t, nice, false) == 0 })
+}
+
+// With the GOMAXPROCS environment variable set, the daemon leaves
+// GOMAXPROCS as it is and its learners run at its own priority.
+func TestLearnNiceOffWithGOMAXPROCSSet(t *testing.T) {
+	procs := runtime.GOMAXPROCS(0)
+	t.Setenv("GOMAXPROCS", strconv.Itoa(procs))
+	cfg := testConfig(t, digitsPipeline("digits", "mnist.images", 64))
+	cfg.Service.LearnNice = 14
+	d := startDaemon(t, cfg)
+	if got := runtime.GOMAXPROCS(0); got != procs {
+		t.Errorf("GOMAXPROCS %d, want %d as set", got, procs)
+	}
+	if n := d.learnerNice(); n != 0 {
+		t.Errorf("learners at nice %d, want 0", n)
+	}
 }
