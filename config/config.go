@@ -242,7 +242,7 @@ type Service struct {
 	// without queries, learning loses a few percent to the extra P. 0
 	// runs learners like everything else, and so does a GOMAXPROCS
 	// environment variable, which the daemon then leaves as it is.
-	// Ignored, with a warning, on other systems than Linux. Default 10.
+	// Ignored (logged) on other systems than Linux. Default 10.
 	LearnNice int `yaml:"learn_nice"`
 }
 

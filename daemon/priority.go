@@ -10,7 +10,8 @@ import (
 var startProcs = runtime.GOMAXPROCS(0)
 
 // learnerNice is the nice value the daemon's learners run at:
-// service.learn_nice; or 0, with a line in the log, where a thread has no
+// service.learn_nice; or 0, with a line in the log (not a warning: the
+// default config asks for it everywhere), where a thread has no
 // priority of its own, or where the GOMAXPROCS environment variable fixes
 // the Ps (a learner at a lower priority that holds one of them would only
 // lose the core to other processes: bench cluster's GOMAXPROCS=1 workers
@@ -19,7 +20,7 @@ func (d *Daemon) learnerNice() int {
 	n := d.cfg.Service.LearnNice
 	switch {
 	case n > 0 && !threadPriorities:
-		d.log.Warn().Str("os", runtime.GOOS).Int("learn_nice", n).Msg("service.learn_nice is ignored on this system: learners run at the daemon's priority")
+		d.log.Info().Str("os", runtime.GOOS).Int("learn_nice", n).Msg("service.learn_nice is ignored on this system: learners run at the daemon's priority")
 		return 0
 	case n > 0 && os.Getenv("GOMAXPROCS") != "":
 		d.log.Info().Str("GOMAXPROCS", os.Getenv("GOMAXPROCS")).Int("learn_nice", n).Msg("GOMAXPROCS is set: learners run at the daemon's priority, without a P of their own (service.learn_nice)")
