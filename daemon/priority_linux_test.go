@@ -68,15 +68,21 @@ func TestLearnerRunsAtLearnNice(t *testing.T) {
 // With the GOMAXPROCS environment variable set, the daemon leaves
 // GOMAXPROCS as it is and its learners run at its own priority.
 func TestLearnNiceOffWithGOMAXPROCSSet(t *testing.T) {
+	const nice = 14 // no other test's daemon uses it
 	procs := runtime.GOMAXPROCS(0)
 	t.Setenv("GOMAXPROCS", strconv.Itoa(procs))
 	cfg := testConfig(t, digitsPipeline("digits", "mnist.images", 64))
-	cfg.Service.LearnNice = 14
+	cfg.Service.LearnNice = nice
 	d := startDaemon(t, cfg)
 	if got := runtime.GOMAXPROCS(0); got != procs {
 		t.Errorf("GOMAXPROCS %d, want %d as set", got, procs)
 	}
-	if n := d.learnerNice(); n != 0 {
-		t.Errorf("learners at nice %d, want 0", n)
+	// Once a message is applied, the learner is past the point where it
+	// would have lowered its thread.
+	nc := connect(t, d.ClientURL())
+	replayFile(t, nc, "mnist-train-1000.smtdrec", "mnist.images")
+	waitFor(t, time.Minute, "a message applied", func() bool { return pipelineStatus(d, "digits").LastSeq > 0 })
+	if n := threadsAtNice(t, nice, true); n != 0 {
+		t.Errorf("%d threads at nice %d, want none", n, nice)
 	}
 }
