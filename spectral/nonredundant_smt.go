@@ -83,6 +83,7 @@ func SolveSMTNonRedundant(dst *mat.Dense, pb Pencil, s Settings, nr NonRedundant
 		lr, err := Smallest(q, s.Drop, s.Lanczos, rand.NewPCG(rng.Uint64(), rng.Uint64()))
 		res.Applies += lr.Applies
 		res.Restarts += lr.Restarts
+		res.Passes += lr.Passes
 		if err != nil {
 			return res, fmt.Errorf("spectral: dropped eigenvectors: %w", err)
 		}

@@ -113,8 +113,9 @@ type Result struct {
 	Atoms int
 	// Method is the method used (never Auto).
 	Method Method
-	// Applies and Restarts are the Lanczos counts (zero for Dense).
-	Applies, Restarts int
+	// Applies, Restarts and Passes are the Lanczos counts (zero for
+	// Dense).
+	Applies, Restarts, Passes int
 }
 
 // Errors of SolveSMT.
@@ -198,7 +199,7 @@ func SolveSMT(dst *mat.Dense, pb Pencil, s Settings, src rand.Source) (Result, e
 		}
 		var lr LanczosResult
 		lr, err = Smallest(op, want, s.Lanczos, src)
-		res.Applies, res.Restarts = lr.Applies, lr.Restarts
+		res.Applies, res.Restarts, res.Passes = lr.Applies, lr.Restarts, lr.Passes
 		if lr.Vectors == nil {
 			return res, err
 		}
