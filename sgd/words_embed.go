@@ -109,8 +109,8 @@ type WordEmbedSettings struct {
 	// below 0.800, the top near 1.2), which the Krylov space resolves
 	// only after about 1,100 steps whatever is kept at a restart, so the
 	// thick restarts should be few and cheap (spectral.LanczosSettings.Keep).
-	// Embed always sets OnePass, which halves the reorthogonalisation of
-	// those 1,100 steps.
+	// Embed always sets Partial, which orthogonalises about one step in
+	// four of those 1,100 against the whole basis instead of every one.
 	Lanczos spectral.LanczosSettings
 }
 
@@ -142,7 +142,7 @@ func (s WordEmbedSettings) withDefaults() WordEmbedSettings {
 	if s.Lanczos.Keep == 0 {
 		s.Lanczos.Keep = DefaultWordKeep
 	}
-	s.Lanczos.OnePass = true
+	s.Lanczos.Partial = true
 	return s
 }
 
