@@ -32,6 +32,10 @@ import (
 // images and times them from the first publish to the last one applied:
 //
 //   - cluster_workers_<n>_images_per_s;
+//   - cluster_max_payload_bytes: the server's max_payload (-max-payload),
+//     above which contributions and models travel in chunks;
+//   - cluster_precision_bits: workers.precision (-precision), the float
+//     width of the sums and gradients in contributions;
 //   - for the run with the most workers, the CPU-seconds (from /proc) and
 //     the bytes in and out of the NATS connections (the server's connz)
 //     per 1,000 images, of the owner and of the workers together;
@@ -57,15 +61,17 @@ func Cluster(ctx context.Context, w io.Writer, args []string) error {
 	merge := fs.Int("merge", 4, "workers.merge: minibatches per learning step")
 	batch := fs.Int("batch", 32, "batch.size: images per minibatch (a contribution's size hardly depends on it)")
 	staleness := fs.Int("staleness", 1, "workers.staleness τ")
+	precision := fs.Int("precision", config.Default().Pipelines[0].Workers.Precision, "workers.precision: bits (32 or 64) of the k-means sums and SMT gradient in contributions")
 	accuracy := fs.Bool("accuracy", false, "also compare quick-MNIST accuracy: one daemon, 2 and 3 workers")
 	accTrain := fs.Int("accuracy-train", 5000, "-accuracy: training images (two passes)")
 	accTest := fs.Int("accuracy-test", 1000, "-accuracy: test images")
+	maxPayload := fs.Int("max-payload", 0, "the NATS server's max_payload in `bytes` (0: its default, 1 MiB); a contribution or model larger than it travels in chunks")
 	keep := fs.Bool("keep", false, "keep the temporary directory (configs, stores, daemon logs)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *maxWorkers < 0 || *nTrain < 1 || *warmup < 0 {
-		return errors.New("bench cluster: -train must be positive, -workers and -warmup not negative")
+	if *maxWorkers < 0 || *nTrain < 1 || *warmup < 0 || *maxPayload < 0 || (*precision != 32 && *precision != 64) {
+		return errors.New("bench cluster: -train must be positive, -workers, -warmup and -max-payload not negative, -precision 32 or 64")
 	}
 	train, err := dataset.ReadMNIST(*dir, "train")
 	if err != nil {
@@ -82,11 +88,11 @@ func Cluster(ctx context.Context, w io.Writer, args []string) error {
 	}
 	p := mnistPipeline(*atoms)
 	p.Batch.Size = *batch
-	p.Workers.Merge, p.Workers.Staleness = *merge, *staleness
+	p.Workers.Merge, p.Workers.Staleness, p.Workers.Precision = *merge, *staleness, *precision
 	var last *workerRun
 	timed := min(*nTrain, train.N-*warmup)
 	for n := 1; n <= *maxWorkers; n++ {
-		r := &workerRun{root: filepath.Join(root, fmt.Sprintf("w%d", n)), workers: n, p: p}
+		r := &workerRun{root: filepath.Join(root, fmt.Sprintf("w%d", n)), workers: n, p: p, maxPayload: int32(*maxPayload)}
 		secs, err := r.throughput(ctx, train, *warmup, timed)
 		r.stop()
 		if err != nil {
@@ -96,6 +102,12 @@ func Cluster(ctx context.Context, w io.Writer, args []string) error {
 		last = r
 	}
 	if last != nil {
+		mp := *maxPayload
+		if mp == 0 {
+			mp = server.MAX_PAYLOAD_SIZE
+		}
+		fmt.Fprintf(w, "cluster_max_payload_bytes: %d\n", mp)
+		fmt.Fprintf(w, "cluster_precision_bits: %d\n", *precision)
 		last.report(w, timed)
 		fmt.Fprintf(w, "cluster_minibatches_in_flight: %d\n", (*staleness+1)**merge)
 	}
@@ -134,9 +146,11 @@ type workerRun struct {
 	workers int
 	p       config.Pipeline
 	nats    *natscluster.Cluster
-	procs   map[string]*daemonProcess
-	cpu0    map[string]float64
-	sent    int // images published so far
+	// maxPayload is the server's max_payload (0: its default).
+	maxPayload int32
+	procs      map[string]*daemonProcess
+	cpu0       map[string]float64
+	sent       int // images published so far
 
 	ownerCPU, workersCPU     float64
 	ownerBytes, workersBytes int64
@@ -145,7 +159,11 @@ type workerRun struct {
 // start starts the server, the owner (d0) and the workers (d1...).
 func (r *workerRun) start(ctx context.Context) error {
 	var err error
-	if r.nats, err = natscluster.Start(filepath.Join(r.root, "nats"), 1); err != nil {
+	if r.nats, err = natscluster.Start(filepath.Join(r.root, "nats"), 1, func(o *server.Options) {
+		if r.maxPayload > 0 {
+			o.MaxPayload = r.maxPayload
+		}
+	}); err != nil {
 		return err
 	}
 	p := r.p

@@ -341,6 +341,14 @@ type Workers struct {
 	// TaskTimeout is how long the owner waits for a minibatch's
 	// contribution before handing it to another worker. Default 30s.
 	TaskTimeout time.Duration `yaml:"task_timeout"`
+	// Precision is the width in bits, 32 or 64, of the floats a worker
+	// sends for the k-means per-atom sums and the SMT gradient, which
+	// make up most of a contribution (K·(patch dim + smt.dim) values,
+	// 2.2 MB at K = 4096 in float64). 32 halves what the owner receives
+	// and decodes per contribution, rounding each value to 2⁻²⁴ of
+	// itself; 64 sends them exactly. Every contribution says which it
+	// uses, so the daemons of a cluster may differ. Default 32.
+	Precision int `yaml:"precision"`
 }
 
 // Learners of image and video pipelines.

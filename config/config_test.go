@@ -55,9 +55,10 @@ func TestLoadFiles(t *testing.T) {
 		}},
 		{file: "workers.bad.yaml", wantErr: []string{
 			"workers.bad.yaml:6: pipelines[0].workers.merge: must be in 1..256, got 0",
+			"workers.bad.yaml:7: pipelines[0].workers.precision: must be 32 or 64, got 16",
 			"workers.bad.yaml:5: pipelines[0].workers.enabled: needs cluster.enabled",
-			"workers.bad.yaml:10: pipelines[1].workers.enabled: needs cluster.enabled",
-			"workers.bad.yaml:10: pipelines[1].workers.enabled: supports image pipelines learning smt (modality image, learner smt), got modality text, learner smt",
+			"workers.bad.yaml:11: pipelines[1].workers.enabled: needs cluster.enabled",
+			"workers.bad.yaml:11: pipelines[1].workers.enabled: supports image pipelines learning smt (modality image, learner smt), got modality text, learner smt",
 		}},
 		{file: "open-listen.good.yaml"},
 		{file: "nkey-users.good.yaml"},

@@ -96,7 +96,7 @@ func DefaultPipeline(m Modality, name string) Pipeline {
 			Lambda: 0.001, EtaW: 0.01, EtaQ: 0.01, EtaL: 0.1,
 			AnnealEvery: 10000, AnnealFactor: 0.1, MaxAnneals: 1, InitScale: 1, Init: InitRandom,
 		},
-		Workers: Workers{Merge: 4, Staleness: 1, OnOwner: true, TaskTimeout: 30 * time.Second},
+		Workers: Workers{Merge: 4, Staleness: 1, OnOwner: true, TaskTimeout: 30 * time.Second, Precision: 32},
 	}
 	switch m {
 	case Image:

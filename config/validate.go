@@ -157,6 +157,7 @@ func (c *Config) validateWorkers(v *validator, p *Pipeline, path string) {
 	v.check(w.Merge >= 1 && w.Merge <= 256, f("merge"), "must be in 1..256, got %d", w.Merge)
 	v.check(w.Staleness >= 0 && w.Staleness <= 64, f("staleness"), "must be in 0..64, got %d", w.Staleness)
 	v.check(w.TaskTimeout >= time.Second, f("task_timeout"), "must be >= 1s, got %s", w.TaskTimeout)
+	v.check(w.Precision == 32 || w.Precision == 64, f("precision"), "must be 32 or 64, got %d", w.Precision)
 	if !w.Enabled {
 		return
 	}

@@ -65,7 +65,7 @@ var errContribution = errors.New("smtd: malformed contribution")
 // refreshed, when its schedule says so). With one minibatch per step and
 // τ = 0, a contribution is thus exactly the minibatch's share of a single
 // daemon's learning step.
-func (m *imageModel) contribute(batch []sample, src rand.Source, ahead int) ([]byte, []output) {
+func (m *imageModel) contribute(batch []sample, src rand.Source, ahead, precision int) ([]byte, []output) {
 	m.extract(batch, false)
 	c := imageContribution{images: len(batch)}
 	m.white.Contribute(&c.white, &m.x, nil)
@@ -89,7 +89,7 @@ func (m *imageModel) contribute(batch []sample, src rand.Source, ahead int) ([]b
 		}
 		outs = m.embedded(batch)
 	}
-	return c.encode(), outs
+	return c.encode(precision == 32), outs
 }
 
 // seedLocally codes the minibatch in m.w, whose rows are the seeds of a
@@ -242,13 +242,18 @@ func (m *imageModel) fits(c *imageContribution) error {
 
 // encode writes the contribution as: images, then the whitening and
 // k-means contributions and the codes, each preceded by its length
-// (uvarints); codes are stored as uvarints of code+1.
-func (c *imageContribution) encode() []byte {
+// (uvarints); codes are stored as uvarints of code+1. With f32 the k-means
+// sums and the gradient are sent as float32 (config.Workers.Precision).
+func (c *imageContribution) encode(f32 bool) []byte {
 	wb, err := c.white.MarshalBinary()
 	if err != nil {
 		panic(err)
 	}
-	kb, err := c.km.MarshalBinary()
+	kmMarshal := c.km.MarshalBinary
+	if f32 {
+		kmMarshal = c.km.MarshalFloat32
+	}
+	kb, err := kmMarshal()
 	if err != nil {
 		panic(err)
 	}
@@ -260,17 +265,29 @@ func (c *imageContribution) encode() []byte {
 	for _, a := range c.codes {
 		e.Uvarint(uint64(a + 1))
 	}
-	return c.appendGradient(e.Bytes())
+	return c.appendGradient(e.Bytes(), f32)
 }
 
-// appendGradient writes the SMT gradient: stepped (0 or 1), and if 1 the
-// pairs, K, dim, the number of non-zero rows and each as its index and
-// dim float64s.
-func (c *imageContribution) appendGradient(b []byte) []byte {
+// Gradient flags of an encoded contribution.
+const (
+	gradientNone    = 0
+	gradientFloat64 = 1
+	gradientFloat32 = 2
+)
+
+// appendGradient writes the SMT gradient: a flag (gradientNone if no
+// step, else the width of its values), and with a step the pairs, K,
+// dim, the number of non-zero rows and each as its index and dim
+// float64s, or float32s with f32.
+func (c *imageContribution) appendGradient(b []byte, f32 bool) []byte {
 	if !c.stepped {
-		return append(b, 0)
+		return append(b, gradientNone)
 	}
-	b = append(b, 1)
+	if f32 {
+		b = append(b, gradientFloat32)
+	} else {
+		b = append(b, gradientFloat64)
+	}
 	r, dim := c.grad.Dims()
 	b = binary.AppendUvarint(b, uint64(c.pairs))
 	b = binary.AppendUvarint(b, uint64(r))
@@ -290,7 +307,11 @@ func (c *imageContribution) appendGradient(b []byte) []byte {
 		}
 		b = binary.AppendUvarint(b, uint64(i))
 		for _, v := range row {
-			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
+			if f32 {
+				b = binary.LittleEndian.AppendUint32(b, math.Float32bits(float32(v)))
+			} else {
+				b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
+			}
 		}
 	}
 	return b
@@ -308,15 +329,19 @@ func allZero(s []float64) bool {
 // readGradient reads what appendGradient wrote.
 func (c *imageContribution) readGradient(r *state.Decoder) error {
 	flag := r.U8()
-	if r.Bad() || flag > 1 {
+	if r.Bad() || flag > gradientFloat32 {
 		return fmt.Errorf("%w: gradient", errContribution)
 	}
-	c.stepped = flag == 1
+	c.stepped = flag != gradientNone
 	if !c.stepped {
 		return nil
 	}
+	size := uint64(8)
+	if flag == gradientFloat32 {
+		size = 4
+	}
 	pairs, rows, dim, nz := r.Uvarint(), r.Uvarint(), r.Uvarint(), r.Uvarint()
-	if r.Bad() || pairs > 1<<62 || rows == 0 || dim == 0 || rows > 1<<20 || dim > 1<<12 || nz > rows || nz*dim*8 > uint64(r.Len()) {
+	if r.Bad() || pairs > 1<<62 || rows == 0 || dim == 0 || rows > 1<<20 || dim > 1<<12 || nz > rows || nz*dim*size > uint64(r.Len()) {
 		return fmt.Errorf("%w: gradient shape", errContribution)
 	}
 	c.pairs = int64(pairs)
@@ -333,13 +358,16 @@ func (c *imageContribution) readGradient(r *state.Decoder) error {
 		}
 		prev = int(i)
 		row := c.grad.RawRowView(int(i))
-		data := r.Bytes(8 * int(dim))
+		if size == 4 {
+			r.F32s(row)
+		} else {
+			r.F64s(row)
+		}
 		if r.Bad() {
 			return fmt.Errorf("%w: gradient truncated", errContribution)
 		}
-		for j := range row {
-			row[j] = math.Float64frombits(binary.LittleEndian.Uint64(data[8*j:]))
-			if math.IsNaN(row[j]) || math.IsInf(row[j], 0) {
+		for _, v := range row {
+			if math.IsNaN(v) || math.IsInf(v, 0) {
 				return fmt.Errorf("%w: gradient not finite", errContribution)
 			}
 		}

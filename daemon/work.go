@@ -986,7 +986,7 @@ func (w *worker) work(ctx context.Context, t *workTask) error {
 	if len(batch) > 0 {
 		var outs []output
 		// The same task always draws the same candidates.
-		enc, outs = model.contribute(batch, rand.NewPCG(pl.cfg.Seed, t.ID), t.Ahead)
+		enc, outs = model.contribute(batch, rand.NewPCG(pl.cfg.Seed, t.ID), t.Ahead, pl.cfg.Workers.Precision)
 		meta.Images = len(batch)
 		before := pl.stats.published.Load()
 		pl.version = version

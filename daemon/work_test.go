@@ -23,7 +23,7 @@ import (
 // steps of 5 minibatches of 20 images, coded one version behind.
 func workerPipeline(name, subject string) config.Pipeline {
 	p := clusterPipeline(name, subject)
-	p.Workers = config.Workers{Enabled: true, Merge: 5, Staleness: 1, OnOwner: true, TaskTimeout: 5 * time.Second}
+	p.Workers = config.Workers{Enabled: true, Merge: 5, Staleness: 1, OnOwner: true, TaskTimeout: 5 * time.Second, Precision: 32}
 	return p
 }
 
@@ -83,7 +83,7 @@ func simulateWorkers(t testing.TB, p config.Pipeline, stream string) simulation 
 				s.seq = uint64(i + 1)
 				batch = append(batch, s)
 			}
-			c, _ := versions[coded].contribute(batch, rand.NewPCG(p.Seed, uint64(b+1)), int(v-coded)+1)
+			c, _ := versions[coded].contribute(batch, rand.NewPCG(p.Seed, uint64(b+1)), int(v-coded)+1, w.Precision)
 			enc = append(enc, c)
 		}
 		if err := owner.applyContributions(enc); err != nil {
@@ -265,7 +265,7 @@ func TestWorkContributionCodesTheFirstStep(t *testing.T) {
 	m := newModel(&p, rand.NewPCG(1, 2)).(*imageModel)
 	batch := recordedBatch(t, &p, 8)
 	w := m.snapshot().(*imageModel)
-	enc, outs := w.contribute(batch, rand.NewPCG(1, 7), 1)
+	enc, outs := w.contribute(batch, rand.NewPCG(1, 7), 1, p.Workers.Precision)
 	if w.km.Seeded() != 0 {
 		t.Fatalf("coding seeded the worker's model: %d atoms", w.km.Seeded())
 	}
@@ -298,7 +298,7 @@ func TestWorkContributionCodesTheFirstStep(t *testing.T) {
 			t.Errorf("image %d: zero embedding", i)
 		}
 	}
-	again, _ := m.snapshot().(*imageModel).contribute(batch, rand.NewPCG(1, 7), 1)
+	again, _ := m.snapshot().(*imageModel).contribute(batch, rand.NewPCG(1, 7), 1, p.Workers.Precision)
 	if !bytes.Equal(enc, again) {
 		t.Error("the same task coded twice differs")
 	}
@@ -339,6 +339,56 @@ func TestWorkerVersionCarriesTheOwnersSettings(t *testing.T) {
 	}
 }
 
+// TestWorkContributionPrecision checks workers.precision: a contribution
+// sent in float32 carries the same codes and hits as in float64, its
+// k-means sums and SMT gradient rounded to float32, in well under
+// three quarters of the bytes, and the owner applies either.
+func TestWorkContributionPrecision(t *testing.T) {
+	p := digitsPipeline("digits", "mnist.images", 256)
+	m := newModel(&p, rand.NewPCG(1, 2)).(*imageModel)
+	batch := recordedBatch(t, &p, 16)
+	seed, _ := m.snapshot().(*imageModel).contribute(batch[:8], rand.NewPCG(1, 1), 1, 64)
+	if err := m.applyContributions([][]byte{seed}); err != nil {
+		t.Fatal(err)
+	}
+	var c [2]imageContribution
+	var enc [2][]byte
+	for i, bits := range []int{64, 32} {
+		enc[i], _ = m.snapshot().(*imageModel).contribute(batch[8:], rand.NewPCG(1, 9), 1, bits)
+		if err := c[i].decode(enc[i]); err != nil {
+			t.Fatalf("%d bits: %v", bits, err)
+		}
+	}
+	exact, f32 := &c[0], &c[1]
+	if len(exact.km.Sums) == 0 || !exact.stepped {
+		t.Fatal("the contribution of a seeded model has no sums or no gradient")
+	}
+	if !slices.Equal(exact.codes, f32.codes) || !slices.Equal(exact.km.Hits, f32.km.Hits) {
+		t.Error("codes or hits differ between the precisions")
+	}
+	rounded := func(v []float64) []float64 {
+		r := make([]float64, len(v))
+		for i, x := range v {
+			r[i] = float64(float32(x))
+		}
+		return r
+	}
+	if !slices.Equal(f32.km.Sums, rounded(exact.km.Sums)) {
+		t.Error("float32 sums are not the float64 sums rounded")
+	}
+	if !slices.Equal(f32.grad.RawMatrix().Data, rounded(exact.grad.RawMatrix().Data)) {
+		t.Error("float32 gradient is not the float64 gradient rounded")
+	}
+	if 4*len(enc[1]) > 3*len(enc[0]) {
+		t.Errorf("%d bytes in float32, %d in float64", len(enc[1]), len(enc[0]))
+	}
+	for i := range enc {
+		if err := m.applyContributions([][]byte{enc[i]}); err != nil {
+			t.Errorf("applying the contribution of %d bits: %v", []int{64, 32}[i], err)
+		}
+	}
+}
+
 // recordedBatch decodes the first n images of the recorded MNIST stream
 // for p.
 func recordedBatch(t *testing.T, p *config.Pipeline, n int) []sample {
@@ -360,7 +410,7 @@ func TestWorkContributionMalformed(t *testing.T) {
 	p := digitsPipeline("digits", "mnist.images", 16)
 	m := newModel(&p, rand.NewPCG(1, 2)).(*imageModel)
 	batch := recordedBatch(t, &p, 8)
-	enc, _ := m.snapshot().(*imageModel).contribute(batch, rand.NewPCG(1, 1), 1)
+	enc, _ := m.snapshot().(*imageModel).contribute(batch, rand.NewPCG(1, 1), 1, p.Workers.Precision)
 	before, err := m.sections()
 	if err != nil {
 		t.Fatal(err)

@@ -166,8 +166,9 @@ func (c *KMeansContribution) reset() {
 
 // Modes of an encoded KMeansContribution.
 const (
-	contributionHits  = 'h'
-	contributionSeeds = 's'
+	contributionHits   = 'h'
+	contributionHits32 = 'f' // the sums as float32
+	contributionSeeds  = 's'
 )
 
 // dims returns the K and Dim of c (K is 0 with Seeds), or an error
@@ -199,7 +200,16 @@ func (c *KMeansContribution) dims() (K, dim int, err error) {
 // returns an error wrapping ErrFormat if the lengths of c are
 // inconsistent, a count is not a non-negative integer, or the counts do
 // not add up to Rows.
-func (c *KMeansContribution) MarshalBinary() ([]byte, error) {
+func (c *KMeansContribution) MarshalBinary() ([]byte, error) { return c.marshal(false) }
+
+// MarshalFloat32 encodes c as MarshalBinary does but the per-atom sums
+// rounded to float32, which halves a contribution of many atoms (the sums
+// are K×Dim values, the rest O(K)); UnmarshalBinary reads either. The
+// rounding, 2⁻²⁴ of each sum, is far below what one minibatch moves an
+// atom by.
+func (c *KMeansContribution) MarshalFloat32() ([]byte, error) { return c.marshal(true) }
+
+func (c *KMeansContribution) marshal(f32 bool) ([]byte, error) {
 	K, dim, err := c.dims()
 	if err != nil {
 		return nil, err
@@ -230,14 +240,22 @@ func (c *KMeansContribution) MarshalBinary() ([]byte, error) {
 		e.U8(contributionSeeds)
 		e.F64s(c.Seeds)
 	} else {
-		e.U8(contributionHits)
+		mode := byte(contributionHits)
+		if f32 {
+			mode = contributionHits32
+		}
+		e.U8(mode)
 		e.Uvarint(uint64(nnz))
 		last := -1
 		for j, h := range c.Hits[:K] {
 			if h > 0 {
 				e.Uvarint(uint64(j - last))
 				e.Uvarint(uint64(h))
-				e.F64s(c.Sums[j*dim : (j+1)*dim])
+				if f32 {
+					e.F32s(c.Sums[j*dim : (j+1)*dim])
+				} else {
+					e.F64s(c.Sums[j*dim : (j+1)*dim])
+				}
 				last = j
 			}
 		}
@@ -276,9 +294,11 @@ func (c *KMeansContribution) UnmarshalBinary(data []byte) error {
 		return fail("shape out of range")
 	}
 	K, dim, rows := int(uK), int(udim), int(urows)
-	// Every row, atom or candidate costs at least dim float64s: check
-	// the claimed counts against the bytes left before allocating.
-	fits := func(n uint64) bool { return dim > 0 && n <= uint64(d.Len())/uint64(8*dim) }
+	// Every row, atom or candidate costs at least dim float64s (float32s
+	// for the atoms of contributionHits32): check the claimed counts
+	// against the bytes left before allocating.
+	fitsIn := func(n uint64, size int) bool { return dim > 0 && n <= uint64(d.Len())/uint64(size*dim) }
+	fits := func(n uint64) bool { return fitsIn(n, 8) }
 	switch mode {
 	case contributionSeeds:
 		if rows == 0 || K != 0 || !fits(urows) {
@@ -286,9 +306,13 @@ func (c *KMeansContribution) UnmarshalBinary(data []byte) error {
 		}
 		c.Seeds = grow(c.Seeds, rows*dim)
 		d.F64s(c.Seeds)
-	case contributionHits:
+	case contributionHits, contributionHits32:
+		size := 8
+		if mode == contributionHits32 {
+			size = 4
+		}
 		nnz := d.Uvarint()
-		if d.Bad() || nnz > uK || (nnz > 0 && !fits(nnz)) || (rows > 0) != (nnz > 0) || (rows == 0 && K > 0) {
+		if d.Bad() || nnz > uK || (nnz > 0 && !fitsIn(nnz, size)) || (rows > 0) != (nnz > 0) || (rows == 0 && K > 0) {
 			return fail("inconsistent hits")
 		}
 		if K > 0 {
@@ -306,7 +330,12 @@ func (c *KMeansContribution) UnmarshalBinary(data []byte) error {
 			total += h
 			c.Hits[pos] = float64(h)
 			sum := c.Sums[pos*dim : (pos+1)*dim]
-			if d.F64s(sum); !finite(sum) {
+			if size == 4 {
+				d.F32s(sum)
+			} else {
+				d.F64s(sum)
+			}
+			if !finite(sum) {
 				return fail("non-finite sums")
 			}
 		}

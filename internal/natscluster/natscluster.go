@@ -27,7 +27,9 @@ type Cluster struct {
 // Start starts n nodes storing under dir/n1, dir/n2, ... (one node: a
 // server without cluster) and returns once
 // JetStream answers (it has a meta leader), or within a minute an error.
-func Start(dir string, n int) (*Cluster, error) {
+// Each configure function may change a node's options (its name, ports,
+// store and routes are set before).
+func Start(dir string, n int, configure ...func(*server.Options)) (*Cluster, error) {
 	ports := make([]int, n)
 	var routes []string
 	for i := range ports {
@@ -50,6 +52,9 @@ func Start(dir string, n int) (*Cluster, error) {
 		if n > 1 { // a single node is a plain server: JetStream needs no meta group
 			opts.Cluster = server.ClusterOpts{Name: "smtd", Host: "127.0.0.1", Port: ports[i]}
 			opts.Routes = server.RoutesFromStr(strings.Join(routes, ","))
+		}
+		for _, f := range configure {
+			f(opts)
 		}
 		s, err := server.NewServer(opts)
 		if err != nil {

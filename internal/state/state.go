@@ -51,6 +51,14 @@ func (e *Encoder) F64s(v []float64) {
 	}
 }
 
+// F32s writes every element of v rounded to float32 (4 bytes each).
+func (e *Encoder) F32s(v []float64) {
+	e.b = slices.Grow(e.b, 4*len(v))
+	for _, x := range v {
+		e.b = binary.LittleEndian.AppendUint32(e.b, math.Float32bits(float32(x)))
+	}
+}
+
 // I64s writes every element of v.
 func (e *Encoder) I64s(v []int64) {
 	e.b = slices.Grow(e.b, 8*len(v))
@@ -169,6 +177,18 @@ func (d *Decoder) F64s(dst []float64) {
 	}
 	for i := range dst {
 		dst[i] = math.Float64frombits(binary.LittleEndian.Uint64(p[8*i:]))
+	}
+}
+
+// F32s fills dst with what Encoder.F32s wrote; after a failure it leaves
+// dst as it was.
+func (d *Decoder) F32s(dst []float64) {
+	p := d.take(4 * len(dst))
+	if p == nil {
+		return
+	}
+	for i := range dst {
+		dst[i] = float64(math.Float32frombits(binary.LittleEndian.Uint32(p[4*i:])))
 	}
 }
 

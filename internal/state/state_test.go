@@ -15,6 +15,7 @@ func TestRoundTrip(t *testing.T) {
 	e.F64(math.Copysign(0, -1))
 	e.Uvarint(300)
 	e.F64s([]float64{1.5, math.Inf(1)})
+	e.F32s([]float64{0.1, -2})
 	e.I64s([]int64{-1, 2})
 	e.Dense(mat.NewDense(3, 3, []float64{1, 2, 3, 4, 5, 6, 7, 8, 9}).Slice(1, 3, 1, 3).(*mat.Dense))
 	sparse := []float64{0, 2, 0, 0, math.Copysign(0, -1), 3}
@@ -32,6 +33,11 @@ func TestRoundTrip(t *testing.T) {
 	}
 	f := make([]float64, 2)
 	d.F64s(f)
+	f32 := make([]float64, 2)
+	d.F32s(f32)
+	if f32[0] != float64(float32(0.1)) || f32[1] != -2 {
+		t.Errorf("float32s differ: %v", f32)
+	}
 	i := make([]int64, 2)
 	d.I64s(i)
 	m := make([]float64, 4)
