@@ -73,21 +73,26 @@ type LanczosSettings struct {
 	//
 	// while Simon's recurrence (his eq. 3.2, here with T's arrow)
 	//
-	//	β_j ω_{j+1,i} = (T ω_j)_i − α_j ω_{j,i} − β_{j−1} ω_{j−1,i} ± ε₁‖A‖,  ε₁ = ε√n/2,
+	//	β_j ω_{j+1,i} = (T ω_j)_i − α_j ω_{j,i} − β_{j−1} ω_{j−1,i} ± ε₁‖A‖,  ε₁ = u√n/2,
 	//
-	// estimates ω_{j+1,i} ≈ q_{j+1}ᵀq_i. Only when some |ω_{j+1,i}|
-	// exceeds √ε does w get a pass over the whole basis (twice if it
-	// cancelled), and so does the next vector; the first step after a
-	// restart always gets two, since the kept Ritz vectors are only as
-	// orthogonal as the basis they came from. The coefficients of those
-	// passes, of the order of the loss of orthogonality, are left out
-	// of T. Semi-orthogonality (|ω| ≤ √ε) keeps the Ritz values accurate
-	// to O(ε‖A‖) and free of spurious copies (Simon, section 4), and the
-	// residuals |β_{m−1} S_{m−1,i}| stay those of the Ritz vectors. The
-	// returned vectors are made orthonormal to rounding by one Cholesky
-	// QR step, a rotation of order √ε. On the SMT pencil of the Brown
-	// corpus it takes the same 1,124 products as OnePass and 293 passes
-	// instead of 1,124. Partial overrides OnePass.
+	// (u = 2⁻⁵³, the unit roundoff) estimates ω_{j+1,i} ≈ q_{j+1}ᵀq_i
+	// for the vectors of the current extension. The overlaps with the k
+	// Ritz vectors kept at a restart are measured instead (one product
+	// with those k rows a step): formed from a semi-orthogonal basis,
+	// they satisfy A y_i = θ_i y_i + σ_i q_k only to about √u‖A‖, which
+	// the recurrence cannot see, and estimating them let orthogonality
+	// drift from restart to restart until the solve diverged. Only when
+	// some overlap exceeds √u does w get a pass over the whole basis
+	// (twice if it cancelled), and so does the next vector; the first
+	// step after a restart always gets two. The coefficients of those
+	// passes, of the order of the loss of orthogonality, are left out of
+	// T. The returned vectors are made orthonormal to rounding by one
+	// Cholesky QR step, a rotation of order √u; the Residuals reported
+	// are the recurrence's, and the vectors' own residuals may exceed
+	// them by about √u‖A‖ (Partial suits tolerances above that). On the
+	// SMT pencil of the Brown corpus it takes the same 1,124 products as
+	// OnePass and 236 passes instead of 1,124, besides the products with
+	// the kept vectors. Partial overrides OnePass.
 	Partial bool
 }
 
@@ -139,10 +144,10 @@ var ErrNoConvergence = errors.New("spectral: lanczos did not converge")
 // exceeds m vectors: memory (m+1)·n and O(n·m) work per step besides the
 // product (with OnePass, the first pass is local and the second is the
 // one over the basis, repeated only when it cancels; with Partial, the
-// pass over the basis is made only when orthogonality is estimated to
-// fall below √ε). Full reorthogonalisation keeps the basis orthonormal
-// to rounding, Partial semi-orthogonal, so no spurious copies of
-// converged eigenvalues appear; an
+// pass over the basis is made only when an overlap is estimated or
+// measured above √u). Full reorthogonalisation keeps the basis
+// orthonormal to rounding, Partial semi-orthogonal, so no spurious
+// copies of converged eigenvalues appear; an
 // invariant subspace (β ≈ 0: a repeated eigenvalue, a disconnected
 // component) is left by continuing with a fresh random vector, so
 // multiplicities are found too. The start vector and the fresh vectors are
@@ -339,7 +344,25 @@ func Smallest(op Operator, nev int, s LanczosSettings, src rand.Source) (Lanczos
 				recur(j, k, last, whole, j == k && k > 0)
 				beta = blas64.Nrm2(wv)
 				anorm = max(anorm, math.Abs(h[j]), beta)
-				triggered := !whole && !semiOrthogonal(omNext, om, omPrev, t, h, j, beta, eps1*anorm, h2)
+				triggered := false
+				if !whole {
+					estimateOverlaps(omNext, om, omPrev, t, h, j, beta, eps1*anorm, h2)
+					if k > 0 {
+						// The kept Ritz vectors satisfy A y_i = θ_i y_i +
+						// σ_i q_k only to the loss of orthogonality of
+						// the basis they came from, which the recurrence
+						// cannot see: their overlaps are measured
+						// instead, half a pass over the k kept rows.
+						kept := blas64.Vector{N: k, Inc: 1, Data: omNext[:k]}
+						blas64.Gemv(blas.NoTrans, 1/beta, basis(k), wv, 0, kept)
+					}
+					for _, x := range omNext[:j+1] {
+						if math.Abs(x) > sqrtEps {
+							triggered = true
+							break
+						}
+					}
+				}
 				if triggered {
 					pass(j+1, false, dropped)
 					beta = blas64.Nrm2(wv)
@@ -405,8 +428,8 @@ func Smallest(op Operator, nev int, s LanczosSettings, src rand.Source) (Lanczos
 		if done || res.Applies >= maxApply || used < m {
 			res.Values = theta[:nev]
 			ritzInPlace(q, n, used, &sv, nev, ritzWork)
-			if s.Partial {
-				orthonormalizeRows(q[:nev*n], nev, n, tuData[:nev*nev])
+			if s.Partial && !orthonormalizeRows(q[:nev*n], nev, n, tuData[:nev*nev]) {
+				return res, fmt.Errorf("spectral: the %d Ritz vectors found are not independent (orthogonality lost)", nev)
 			}
 			res.Vectors = mat.DenseCopyOf(mat.NewDense(nev, n, q[:nev*n]).T())
 			if !done && used >= m {
@@ -503,37 +526,38 @@ func ritzInPlace(q []float64, n, used int, s *mat.Dense, c int, work []float64) 
 // orthonormalizeRows makes the r rows of length n in y orthonormal by
 // one Cholesky QR step, G = Y Yᵀ = L Lᵀ, Y ← L⁻¹ Y, using g (r×r) as
 // workspace: for rows already orthonormal to δ ≪ 1, as Partial's Ritz
-// vectors are (δ ≈ √ε), a Gram–Schmidt rotation of order δ that leaves
-// them orthonormal to O(ε) (Stathopoulos and Wu, 2002). If G is not
-// numerically positive definite it does nothing.
-func orthonormalizeRows(y []float64, r, n int, g []float64) {
+// vectors are (δ ≈ √u), a Gram–Schmidt rotation of order δ that leaves
+// them orthonormal to O(u) (Stathopoulos and Wu, 2002). It reports false,
+// leaving y as it was, if G is not numerically positive definite (the
+// rows are not independent).
+func orthonormalizeRows(y []float64, r, n int, g []float64) bool {
 	yr := blas64.General{Rows: r, Cols: n, Stride: n, Data: y}
 	gs := blas64.Symmetric{N: r, Stride: r, Data: g, Uplo: blas.Lower}
 	blas64.Syrk(blas.NoTrans, 1, yr, 0, gs)
 	l, ok := lapack64.Potrf(gs)
 	if !ok {
-		return
+		return false
 	}
 	blas64.Trsm(blas.Left, blas.NoTrans, 1, l, yr)
+	return true
 }
 
-// semiOrthogonal sets next to Partial's estimate of q_{j+1}ᵀq_i, i < j−1
-// (Simon, 1984, eq. 3.2, with T as built, thick-restart arrow included),
+// estimateOverlaps sets next to Partial's estimate of q_{j+1}ᵀq_i,
+// i < j−1 (Simon, 1984, eq. 3.2, with T as built, thick-restart arrow
+// included),
 //
 //	ω_{j+1,i} = ((T ω_j)_i − T_jj ω_{j,i} − T_{j−1,j} ω_{j−1,i} ± noise) / β_j,
 //
-// from cur = ω_j and prev = ω_{j−1}; h holds column j of T (only the
-// local step's h[j] and h[j−1] are nonzero), t its columns before j. The
-// entries i = j−1 and j, whose components the local step has just
-// removed, are set to noise/β_j. It reports whether every estimate is
-// within √ε, the semi-orthogonality that Partial keeps.
-func semiOrthogonal(next, cur, prev []float64, t *mat.SymDense, h []float64, j int, beta, noise float64, work []float64) bool {
-	ok := true
+// from cur = ω_j and prev = ω_{j−1}; h holds column j of T (only h[j]
+// and h[j−1] are nonzero), t its columns before j, and work has room for
+// j values. The entries i = j−1 and j, whose components the step has just
+// removed, are set to noise/β_j.
+func estimateOverlaps(next, cur, prev []float64, t *mat.SymDense, h []float64, j int, beta, noise float64, work []float64) {
 	for i := max(j-1, 0); i <= j; i++ {
 		next[i] = noise / beta
 	}
 	if j < 2 {
-		return ok
+		return
 	}
 	// (T ω_j)_i over the columns l < j written so far (T_ij is h[i] = 0
 	// here for i < j−1).
@@ -543,15 +567,10 @@ func semiOrthogonal(next, cur, prev []float64, t *mat.SymDense, h []float64, j i
 	blas64.Symv(1, raw, blas64.Vector{N: j, Inc: 1, Data: cur[:j]}, 0, tw)
 	for i := 0; i < j-1; i++ {
 		x := work[i] - h[j]*cur[i] - h[j-1]*prev[i]
-		x = (x + math.Copysign(noise, x)) / beta
-		next[i] = x
-		if math.Abs(x) > sqrtEps {
-			ok = false
-		}
+		next[i] = (x + math.Copysign(noise, x)) / beta
 	}
-	return ok
 }
 
-// sqrtEps is the square root of the unit roundoff, Partial's bound on
-// the estimated loss of orthogonality.
+// sqrtEps is √u, u = 2⁻⁵³ the unit roundoff: Partial's bound on the
+// loss of orthogonality.
 var sqrtEps = math.Sqrt(0x1p-53)

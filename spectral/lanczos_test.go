@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/smtd/smtd/spectral"
@@ -75,52 +76,54 @@ func TestSmallestMatchesDense(t *testing.T) {
 		{40, 10, 40, 1}, // basis = n: exact
 		{400, 30, 0, 1},
 	} {
-		t.Run(fmt.Sprintf("n=%d/nev=%d/basis=%d/components=%d", tc.n, tc.nev, tc.basis, tc.components), func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(uint64(tc.n), uint64(tc.nev)))
-			a := laplacian(rng, tc.n, tc.components)
-			var eig mat.EigenSym
-			if !eig.Factorize(a, false) {
-				t.Fatal("dense eigendecomposition failed")
-			}
-			want := eig.Values(nil)[:tc.nev]
-			res, err := spectral.Smallest(symOp{a}, tc.nev, spectral.LanczosSettings{Basis: tc.basis, Tol: 1e-10}, rand.NewPCG(1, 2))
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i, w := range want {
-				if !scalar.EqualWithinAbs(res.Values[i], w, 1e-8) {
-					t.Errorf("value %d = %.12g, want %.12g", i, res.Values[i], w)
+		for _, partial := range []bool{false, true} {
+			t.Run(fmt.Sprintf("n=%d/nev=%d/basis=%d/components=%d/partial=%v", tc.n, tc.nev, tc.basis, tc.components, partial), func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(uint64(tc.n), uint64(tc.nev)))
+				a := laplacian(rng, tc.n, tc.components)
+				var eig mat.EigenSym
+				if !eig.Factorize(a, false) {
+					t.Fatal("dense eigendecomposition failed")
 				}
-			}
-			// Residuals and orthonormality of the vectors.
-			var av, yty mat.Dense
-			av.Mul(a, res.Vectors)
-			for i := 0; i < tc.nev; i++ {
-				var r float64
-				for l := 0; l < tc.n; l++ {
-					d := av.At(l, i) - res.Values[i]*res.Vectors.At(l, i)
-					r += d * d
+				want := eig.Values(nil)[:tc.nev]
+				res, err := spectral.Smallest(symOp{a}, tc.nev, spectral.LanczosSettings{Basis: tc.basis, Tol: 1e-10, Partial: partial}, rand.NewPCG(1, 2))
+				if err != nil {
+					t.Fatal(err)
 				}
-				if math.Sqrt(r) > 1e-7 {
-					t.Errorf("pair %d: residual %.3g", i, math.Sqrt(r))
-				}
-			}
-			yty.Mul(res.Vectors.T(), res.Vectors)
-			for i := 0; i < tc.nev; i++ {
-				for j := 0; j < tc.nev; j++ {
-					want := 0.0
-					if i == j {
-						want = 1
-					}
-					if math.Abs(yty.At(i, j)-want) > 1e-9 {
-						t.Fatalf("YᵀY[%d,%d] = %v, want %v", i, j, yty.At(i, j), want)
+				for i, w := range want {
+					if !scalar.EqualWithinAbs(res.Values[i], w, 1e-8) {
+						t.Errorf("value %d = %.12g, want %.12g", i, res.Values[i], w)
 					}
 				}
-			}
-			if tc.basis == 20 && res.Restarts == 0 {
-				t.Error("a basis of 20 for 8 pairs did not restart")
-			}
-		})
+				// Residuals and orthonormality of the vectors.
+				var av, yty mat.Dense
+				av.Mul(a, res.Vectors)
+				for i := 0; i < tc.nev; i++ {
+					var r float64
+					for l := 0; l < tc.n; l++ {
+						d := av.At(l, i) - res.Values[i]*res.Vectors.At(l, i)
+						r += d * d
+					}
+					if math.Sqrt(r) > 1e-7 {
+						t.Errorf("pair %d: residual %.3g", i, math.Sqrt(r))
+					}
+				}
+				yty.Mul(res.Vectors.T(), res.Vectors)
+				for i := 0; i < tc.nev; i++ {
+					for j := 0; j < tc.nev; j++ {
+						want := 0.0
+						if i == j {
+							want = 1
+						}
+						if math.Abs(yty.At(i, j)-want) > 1e-9 {
+							t.Fatalf("YᵀY[%d,%d] = %v, want %v", i, j, yty.At(i, j), want)
+						}
+					}
+				}
+				if tc.basis == 20 && res.Restarts == 0 {
+					t.Error("a basis of 20 for 8 pairs did not restart")
+				}
+			})
+		}
 	}
 }
 
@@ -249,6 +252,49 @@ func TestSmallestKeepSubspace(t *testing.T) {
 		}
 		if len(tc.keeps) > 1 && restarts[1] > restarts[0] {
 			t.Errorf("n=%d: %d restarts keeping 1 Ritz vector beyond nev, %d keeping the default", tc.n, restarts[1], restarts[0])
+		}
+	}
+}
+
+// diagOp is the diagonal operator diag(d).
+type diagOp []float64
+
+func (d diagOp) Size() int { return len(d) }
+func (d diagOp) Apply(dst, x []float64) {
+	for i, v := range d {
+		dst[i] = v * x[i]
+	}
+}
+
+// TestSmallestPartialLongRestarts runs Partial through hundreds of thick
+// restarts on a spectrum of many close eigenvalues, where the kept Ritz
+// vectors, formed from a semi-orthogonal basis, lose orthogonality from
+// restart to restart unless something restores it: the values found must
+// be the smallest eigenvalues, or the error must say the solve did not
+// converge; never wrong values without an error.
+func TestSmallestPartialLongRestarts(t *testing.T) {
+	const n, nev = 2000, 20
+	for seed := range uint64(4) {
+		rng := rand.New(rand.NewPCG(seed, 11))
+		d := make(diagOp, n)
+		for i := range d {
+			d[i] = math.Pow(1.01, float64(i%700)) + 1e-3*rng.Float64()
+		}
+		want := slices.Clone(d)
+		slices.Sort(want)
+		res, err := spectral.Smallest(d, nev, spectral.LanczosSettings{Basis: 100, Tol: 1e-11, Partial: true}, rand.NewPCG(seed, 3))
+		t.Logf("seed %d: %d applies, %d restarts, %d passes, err %v", seed, res.Applies, res.Restarts, res.Passes, err)
+		if err != nil {
+			if !errors.Is(err, spectral.ErrNoConvergence) {
+				t.Errorf("seed %d: %v", seed, err)
+			}
+			continue
+		}
+		for i, v := range res.Values {
+			if math.Abs(v-want[i]) > 1e-8 {
+				t.Errorf("seed %d: value %d = %v, want %v", seed, i, v, want[i])
+				break
+			}
 		}
 	}
 }
