@@ -346,8 +346,8 @@ type Workers struct {
 	// make up most of a contribution (K·(patch dim + smt.dim) values,
 	// 2.2 MB at K = 4096 in float64). 32 halves what the owner receives
 	// and decodes per contribution, rounding each value to 2⁻²⁴ of
-	// itself; 64 sends them exactly. Every contribution says which it
-	// uses, so the daemons of a cluster may differ. Default 32.
+	// itself; 64 sends them exactly. The owner's setting decides: it
+	// travels with every task, and workers follow it. Default 32.
 	Precision int `yaml:"precision"`
 }
 

@@ -50,6 +50,9 @@ type imageContribution struct {
 	grad    mat.Dense
 	pairs   int64
 	stepped bool
+	// gradShape, if set before decoding, is the K×dim a gradient must
+	// have: one of another shape is refused before its memory is taken.
+	gradShape [2]int
 }
 
 // errContribution reports a contribution that does not fit the model.
@@ -151,6 +154,9 @@ func (m *imageModel) applyContributions(enc [][]byte) error {
 	g := m.patcher.Grid
 	images := 0
 	for i, b := range enc {
+		if m.smt != nil {
+			cs[i].gradShape = [2]int{m.smt.Size(), m.smt.Settings().Dim}
+		}
 		if err := cs[i].decode(b); err != nil {
 			return fmt.Errorf("%w: %w", errRefused, err)
 		}
@@ -245,6 +251,9 @@ func (m *imageModel) fits(c *imageContribution) error {
 // (uvarints); codes are stored as uvarints of code+1. With f32 the k-means
 // sums and the gradient are sent as float32 (config.Workers.Precision).
 func (c *imageContribution) encode(f32 bool) []byte {
+	// A value beyond float32's range would arrive as an infinity, which
+	// the owner refuses: such a contribution goes in float64.
+	f32 = f32 && inFloat32Range(c.km.Sums) && (!c.stepped || inFloat32Range(c.grad.RawMatrix().Data))
 	wb, err := c.white.MarshalBinary()
 	if err != nil {
 		panic(err)
@@ -317,6 +326,17 @@ func (c *imageContribution) appendGradient(b []byte, f32 bool) []byte {
 	return b
 }
 
+// inFloat32Range reports whether every value of s is at most
+// math.MaxFloat32 in magnitude.
+func inFloat32Range(s []float64) bool {
+	for _, v := range s {
+		if math.Abs(v) > math.MaxFloat32 {
+			return false
+		}
+	}
+	return true
+}
+
 func allZero(s []float64) bool {
 	for _, v := range s {
 		if v != 0 {
@@ -343,6 +363,9 @@ func (c *imageContribution) readGradient(r *state.Decoder) error {
 	pairs, rows, dim, nz := r.Uvarint(), r.Uvarint(), r.Uvarint(), r.Uvarint()
 	if r.Bad() || pairs > 1<<62 || rows == 0 || dim == 0 || rows > 1<<20 || dim > 1<<12 || nz > rows || nz*dim*size > uint64(r.Len()) {
 		return fmt.Errorf("%w: gradient shape", errContribution)
+	}
+	if c.gradShape != ([2]int{}) && (rows != uint64(c.gradShape[0]) || dim != uint64(c.gradShape[1])) {
+		return fmt.Errorf("%w: an SMT gradient of %dx%d, want %dx%d", errContribution, rows, dim, c.gradShape[0], c.gradShape[1])
 	}
 	c.pairs = int64(pairs)
 	if r, cols := c.grad.Dims(); c.grad.IsEmpty() || r != int(rows) || cols != int(dim) {

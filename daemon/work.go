@@ -78,12 +78,24 @@ type workTask struct {
 	Exact   bool     `json:"exact"`   // exactly Version (deterministic mode)
 	Ahead   int      `json:"ahead"`   // versions between Version and the step's
 	Seqs    []uint64 `json:"seqs"`
+	// Precision is the owner's workers.precision, which its workers
+	// follow, so that a task coded twice gives the same bytes; an owner
+	// that predates it sends none and gets float64 (64), all it reads.
+	Precision int `json:"precision,omitempty"`
 
 	step   *workStep
 	worker string
 	sent   time.Time // zero while not handed out
 	result []byte
 	meta   workMeta
+}
+
+// precision returns the bits a worker sends the task's contribution in.
+func (t *workTask) precision() int {
+	if t.Precision == 32 {
+		return 32
+	}
+	return 64
 }
 
 // workMeta accompanies a contribution (JSON in the Smtd-Work header).
@@ -322,7 +334,7 @@ func (o *workOwner) read(ctx context.Context) {
 		n++
 	}
 	s := o.steps[n-1]
-	t := &workTask{ID: msgs[0].seq, Epoch: o.epoch, Exact: pl.cfg.Deterministic, step: s}
+	t := &workTask{ID: msgs[0].seq, Epoch: o.epoch, Exact: pl.cfg.Deterministic, Precision: pl.cfg.Workers.Precision, step: s}
 	for _, m := range msgs {
 		if m.seq <= pl.lastSeq && pl.stream.name != "" {
 			pl.stats.redelivered.Add(1)
@@ -986,7 +998,7 @@ func (w *worker) work(ctx context.Context, t *workTask) error {
 	if len(batch) > 0 {
 		var outs []output
 		// The same task always draws the same candidates.
-		enc, outs = model.contribute(batch, rand.NewPCG(pl.cfg.Seed, t.ID), t.Ahead, pl.cfg.Workers.Precision)
+		enc, outs = model.contribute(batch, rand.NewPCG(pl.cfg.Seed, t.ID), t.Ahead, t.precision())
 		meta.Images = len(batch)
 		before := pl.stats.published.Load()
 		pl.version = version

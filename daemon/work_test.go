@@ -3,6 +3,7 @@ package daemon
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -386,6 +387,34 @@ func TestWorkContributionPrecision(t *testing.T) {
 		if err := m.applyContributions([][]byte{enc[i]}); err != nil {
 			t.Errorf("applying the contribution of %d bits: %v", []int{64, 32}[i], err)
 		}
+	}
+}
+
+// TestWorkTaskPrecision checks that workers code in the owner's
+// precision, which travels with each task, and in float64 for an owner
+// whose tasks do not say (one that predates float32 contributions and
+// reads only float64).
+func TestWorkTaskPrecision(t *testing.T) {
+	for _, tc := range []struct {
+		json string
+		want int
+	}{
+		{`{"id":1,"precision":32}`, 32},
+		{`{"id":1,"precision":64}`, 64},
+		{`{"id":1}`, 64},
+	} {
+		var task workTask
+		if err := json.Unmarshal([]byte(tc.json), &task); err != nil {
+			t.Fatal(err)
+		}
+		if got := task.precision(); got != tc.want {
+			t.Errorf("%s: precision %d, want %d", tc.json, got, tc.want)
+		}
+	}
+	p := digitsPipeline("digits", "mnist.images", 16)
+	b, err := json.Marshal(workTask{ID: 1, Precision: p.Workers.Precision})
+	if err != nil || !strings.Contains(string(b), `"precision":32`) {
+		t.Errorf("a task of an owner at the default precision: %s (%v)", b, err)
 	}
 }
 
