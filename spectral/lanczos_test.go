@@ -298,3 +298,77 @@ func TestSmallestPartialLongRestarts(t *testing.T) {
 		}
 	}
 }
+
+// twinGraph returns the Laplacian of c identical copies of a ring on size
+// nodes with chords i → (a·i + b) mod size of weight frac(0.37·(i+1)),
+// so that every eigenvalue is c-fold and the Krylov space of a start
+// vector is nearly exhausted after about size steps.
+func twinGraph(c, size, a, b int) *mat.SymDense {
+	l := mat.NewSymDense(c*size, nil)
+	add := func(i, j int, w float64) {
+		if i == j {
+			return
+		}
+		l.SetSym(i, j, l.At(i, j)-w)
+		l.SetSym(i, i, l.At(i, i)+w)
+		l.SetSym(j, j, l.At(j, j)+w)
+	}
+	for k := range c {
+		o := k * size
+		for i := range size {
+			add(o+i, o+(i+1)%size, 1)
+			w := 0.37 * float64(i+1)
+			add(o+i, o+(a*i+b)%size, w-math.Floor(w))
+		}
+	}
+	return l
+}
+
+// TestSmallestPartialNearBreakdown checks Partial where the recurrence
+// nearly breaks down (β a billionth of ‖A‖, above the breakdown test):
+// a pass then leaves overlaps far above rounding, which the estimates must
+// start from, or orthogonality is lost unseen and wrong pairs come back
+// without an error. Every mode must find the eigenvalues with true
+// residuals within ten times the tolerance.
+func TestSmallestPartialNearBreakdown(t *testing.T) {
+	const tol = 1e-6
+	for _, tc := range []struct {
+		size, a, b, nev int
+		seed            uint64
+	}{
+		{20, 5, 0, 5, 2},
+		{20, 5, 0, 10, 3},
+		{25, 6, 1, 5, 3},
+		{25, 3, 2, 10, 2},
+	} {
+		l := twinGraph(2, tc.size, tc.a, tc.b)
+		n := 2 * tc.size
+		var eig mat.EigenSym
+		if !eig.Factorize(l, false) {
+			t.Fatal("dense eigendecomposition failed")
+		}
+		want := eig.Values(nil)
+		anorm := math.Max(-want[0], want[n-1])
+		for _, mode := range []string{"full", "onepass", "partial"} {
+			t.Run(fmt.Sprintf("size=%d/a=%d/b=%d/nev=%d/seed=%d/%s", tc.size, tc.a, tc.b, tc.nev, tc.seed, mode), func(t *testing.T) {
+				s := spectral.LanczosSettings{Tol: tol, OnePass: mode == "onepass", Partial: mode == "partial"}
+				res, err := spectral.Smallest(symOp{l}, tc.nev, s, rand.NewPCG(tc.seed, 99))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var av mat.Dense
+				av.Mul(l, res.Vectors)
+				for i := range tc.nev {
+					r := 0.0
+					for k := range n {
+						d := av.At(k, i) - res.Values[i]*res.Vectors.At(k, i)
+						r += d * d
+					}
+					if math.Sqrt(r) > 10*tol*anorm || math.Abs(res.Values[i]-want[i]) > 10*tol*anorm {
+						t.Errorf("pair %d: θ = %.12g (λ = %.12g), true residual %.3g·‖A‖", i, res.Values[i], want[i], math.Sqrt(r)/anorm)
+					}
+				}
+			})
+		}
+	}
+}
