@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -274,7 +273,8 @@ func (c *imageContribution) encode(f32 bool) []byte {
 	for _, a := range c.codes {
 		e.Uvarint(uint64(a + 1))
 	}
-	return c.appendGradient(e.Bytes(), f32)
+	c.appendGradient(e, f32)
+	return e.Bytes()
 }
 
 // Gradient flags of an encoded contribution.
@@ -284,23 +284,24 @@ const (
 	gradientFloat32 = 2
 )
 
-// appendGradient writes the SMT gradient: a flag (gradientNone if no
-// step, else the width of its values), and with a step the pairs, K,
+// appendGradient writes the SMT gradient to e: a flag (gradientNone if
+// no step, else the width of its values), and with a step the pairs, K,
 // dim, the number of non-zero rows and each as its index and dim
 // float64s, or float32s with f32.
-func (c *imageContribution) appendGradient(b []byte, f32 bool) []byte {
-	if !c.stepped {
-		return append(b, gradientNone)
-	}
-	if f32 {
-		b = append(b, gradientFloat32)
-	} else {
-		b = append(b, gradientFloat64)
+func (c *imageContribution) appendGradient(e *state.Encoder, f32 bool) {
+	switch {
+	case !c.stepped:
+		e.U8(gradientNone)
+		return
+	case f32:
+		e.U8(gradientFloat32)
+	default:
+		e.U8(gradientFloat64)
 	}
 	r, dim := c.grad.Dims()
-	b = binary.AppendUvarint(b, uint64(c.pairs))
-	b = binary.AppendUvarint(b, uint64(r))
-	b = binary.AppendUvarint(b, uint64(dim))
+	e.Uvarint(uint64(c.pairs))
+	e.Uvarint(uint64(r))
+	e.Uvarint(uint64(dim))
 	raw := c.grad.RawMatrix()
 	nz := 0
 	for i := range r {
@@ -308,22 +309,19 @@ func (c *imageContribution) appendGradient(b []byte, f32 bool) []byte {
 			nz++
 		}
 	}
-	b = binary.AppendUvarint(b, uint64(nz))
+	e.Uvarint(uint64(nz))
 	for i := range r {
 		row := raw.Data[i*raw.Stride : i*raw.Stride+dim]
 		if allZero(row) {
 			continue
 		}
-		b = binary.AppendUvarint(b, uint64(i))
-		for _, v := range row {
-			if f32 {
-				b = binary.LittleEndian.AppendUint32(b, math.Float32bits(float32(v)))
-			} else {
-				b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
-			}
+		e.Uvarint(uint64(i))
+		if f32 {
+			e.F32s(row)
+		} else {
+			e.F64s(row)
 		}
 	}
-	return b
 }
 
 // inFloat32Range reports whether every value of s is at most
