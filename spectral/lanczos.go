@@ -458,20 +458,6 @@ func Smallest(op Operator, nev int, s LanczosSettings, src rand.Source) (Lanczos
 			kk = nev + s.Keep
 		}
 		kk = min(kk, m-1)
-		if s.Partial {
-			// q_m becomes row kk: its estimated overlaps with the Ritz
-			// vectors are Sᵀω_m.
-			for i := 0; i < kk; i++ {
-				x := 0.0
-				for l := 0; l < used; l++ {
-					x += sv.At(l, i) * om[l]
-				}
-				omNext[i] = math.Copysign(max(math.Abs(x), eps1), x)
-			}
-			clear(omNext[kk:])
-			omNext[kk] = 1
-			om, omNext = omNext, om
-		}
 		ritzWork = ritzInPlace(q, n, used, &sv, kk, ritzWork)
 		copy(q[kk*n:(kk+1)*n], q[m*n:(m+1)*n])
 		for i := 0; i < m; i++ {
