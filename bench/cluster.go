@@ -42,6 +42,10 @@ import (
 //   - cluster_workers_per_owner: how many workers, each as busy as one
 //     core, one owner core can merge for: the workers' CPU per image over
 //     the owner's;
+//   - cluster_owner_page_faults_per_1000_images: the owner's minor page
+//     faults (from /proc), memory it touched fresh, which costs the
+//     kernel's time on this kind of virtual machine, and
+//     cluster_owner_rss_mib, its resident set at the end;
 //   - cluster_minibatches_in_flight: (τ+1)·merge, the most minibatches
 //     the schedule lets workers code at once (steps of merge minibatches,
 //     at most τ+1 of them handed out ahead of the owner's model). The
@@ -125,6 +129,8 @@ func (r *workerRun) report(w io.Writer, n int) {
 	fmt.Fprintf(w, "cluster_owner_mib_per_1000_images: %.2f\n", float64(r.ownerBytes)*per/(1<<20))
 	fmt.Fprintf(w, "cluster_workers_mib_per_1000_images: %.2f\n", float64(r.workersBytes)*per/(1<<20))
 	fmt.Fprintf(w, "cluster_workers_per_owner: %.1f\n", r.workersCPU/r.ownerCPU)
+	fmt.Fprintf(w, "cluster_owner_page_faults_per_1000_images: %.0f\n", r.ownerFaults*per)
+	fmt.Fprintf(w, "cluster_owner_rss_mib: %.0f\n", r.ownerRSS)
 }
 
 // mnistPipeline is the image pipeline of the MNIST benchmarks with K
@@ -150,9 +156,11 @@ type workerRun struct {
 	maxPayload int32
 	procs      map[string]*daemonProcess
 	cpu0       map[string]float64
-	sent       int // images published so far
+	faults0    float64 // the owner's minor page faults when learn started
+	sent       int     // images published so far
 
 	ownerCPU, workersCPU     float64
+	ownerFaults, ownerRSS    float64 // in the timed window; MiB at its end
 	ownerBytes, workersBytes int64
 }
 
@@ -233,6 +241,7 @@ func (r *workerRun) learn(ctx context.Context, train *dataset.Images, from, n, p
 	for name, c := range r.procs {
 		r.cpu0[name] = cpuSeconds(c.cmd.Process.Pid)
 	}
+	r.faults0 = minorFaults(r.procs["d0"].cmd.Process.Pid)
 	bytes0 := r.connBytes()
 	r.ownerBytes, r.workersBytes = 0, 0
 	start := time.Now()
@@ -272,6 +281,8 @@ func (r *workerRun) measure() error {
 			return fmt.Errorf("bench cluster: no CPU time for %s", name)
 		}
 		if name == "d0" {
+			r.ownerFaults += minorFaults(c.cmd.Process.Pid) - r.faults0
+			r.ownerRSS = rssMiB(c.cmd.Process.Pid)
 			r.ownerCPU += s
 		} else {
 			r.workersCPU += s

@@ -264,21 +264,32 @@ func pollUntil(ctx context.Context, timeout time.Duration, what string, cond fun
 // cpuSeconds is the user and system CPU time of process pid so far, from
 // /proc/<pid>/stat (0 where there is no /proc).
 func cpuSeconds(pid int) float64 {
+	// utime and stime are the 14th and 15th fields, in clock ticks
+	// (USER_HZ, 100 on Linux).
+	return (procStatField(pid, 14) + procStatField(pid, 15)) / 100
+}
+
+// minorFaults is the number of minor page faults of process pid so far:
+// pages it touched for the first time (or again after the runtime gave
+// them back), from /proc/<pid>/stat.
+func minorFaults(pid int) float64 { return procStatField(pid, 10) }
+
+// procStatField is the n-th field (from 1) of /proc/<pid>/stat, 0 where
+// there is none.
+func procStatField(pid, n int) float64 {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0
 	}
-	// Fields after the command name, which is in parentheses: utime and
-	// stime are the 14th and 15th fields of the line, in clock ticks
-	// (USER_HZ, 100 on Linux).
+	// The fields after the command name, which is in parentheses, start
+	// with the third.
 	s := string(data)
 	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(fields) < 13 {
+	if n < 3 || n-3 >= len(fields) {
 		return 0
 	}
-	ut, _ := strconv.ParseFloat(fields[11], 64)
-	st, _ := strconv.ParseFloat(fields[12], 64)
-	return (ut + st) / 100
+	v, _ := strconv.ParseFloat(fields[n-3], 64)
+	return v
 }
 
 // rssMiB is the resident set size of process pid, from
