@@ -66,6 +66,9 @@ type imageModel struct {
 	// contribs are the contributions of the last step in worker mode, a
 	// workspace of the owner's learner.
 	contribs []imageContribution
+	// tookSeeds: the last step in worker mode took seeds, every row of
+	// its minibatches (see online.KMeansContribution).
+	tookSeeds bool
 
 	// between is called between the stages of learn (stagedLearner);
 	// nil in snapshots and readers.

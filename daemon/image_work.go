@@ -173,6 +173,15 @@ func (m *imageModel) applyContributions(enc [][]byte) error {
 	_ = m.white.Apply(wcs)
 	m.yield()
 	m.km.Apply(kcs)
+	m.tookSeeds = false
+	for i := range cs {
+		// Seeds come with the first steps only, tens of MB of rows each
+		// at batch sizes in the hundreds: kept for reuse, they would
+		// stay in the heap for good.
+		if cs[i].km.Seeds != nil {
+			cs[i].km.Seeds, m.tookSeeds = nil, true
+		}
+	}
 	m.yield()
 	if m.smt == nil {
 		return nil

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -63,6 +64,9 @@ const (
 	workTaskWait = 5 * time.Second
 	workParkFor  = time.Second
 	workPoll     = 5 * time.Millisecond
+	// workIdle bounds an idle owner's sleep, so that its health follows
+	// the daemon's storage.
+	workIdle = 250 * time.Millisecond
 )
 
 // workSubject is <prefix>.work.<pipeline>.<what>.
@@ -138,6 +142,10 @@ type workOwner struct {
 	subs   []*nats.Subscription
 	// lastRead is the last sequence read.
 	lastRead uint64
+	// buffers hold contributions, lent by the assembly of their chunks
+	// and given back once applied: a contribution is MBs at K = 4096,
+	// and fresh memory costs a page fault per 4 KB.
+	buffers sync.Pool
 }
 
 type parkedRequest struct {
@@ -206,11 +214,16 @@ func (pl *pipeline) runWorkers(ctx context.Context) {
 		if o.canRead() {
 			o.read(ctx)
 		} else {
-			idle.Reset(workPoll)
+			idle.Reset(o.idleFor(time.Now()))
 			select {
 			case <-ctx.Done():
 			case e := <-o.events:
 				o.handle(e)
+			case r := <-pl.tune:
+				pl.applyTune(r)
+			case r := <-pl.ckptReq:
+				info, err := pl.checkpoint(context.WithoutCancel(ctx))
+				r.done <- checkpointResult{info, err}
 			case <-idle.C:
 			}
 		}
@@ -243,7 +256,7 @@ func (o *workOwner) subscribe(ctx context.Context) error {
 			}
 		}
 	}
-	var asm assembly
+	asm := assembly{lend: o.lend}
 	for _, s := range []struct {
 		what string
 		h    nats.MsgHandler
@@ -279,6 +292,15 @@ func (o *workOwner) unsubscribe() {
 	o.subs = nil
 }
 
+// lend lends the assembly of contributions a buffer given back after a
+// step (see apply), if one has room for n bytes.
+func (o *workOwner) lend(n int) []byte {
+	if b, ok := o.buffers.Get().(*[]byte); ok && cap(*b) >= n {
+		return (*b)[:0]
+	}
+	return nil
+}
+
 // drain takes every waiting request and result without blocking.
 func (o *workOwner) drain() {
 	for {
@@ -289,6 +311,37 @@ func (o *workOwner) drain() {
 			return
 		}
 	}
+}
+
+// idleFor is how long the owner's loop, with nothing to read, may wait
+// for an event before something falls due: the oldest parked request's
+// answer, a late task to hand out again, or a checkpoint by time; at most
+// workIdle. Waking only then, rather than every few milliseconds, keeps
+// an owner that waits for its workers off the CPU.
+func (o *workOwner) idleFor(now time.Time) time.Duration {
+	pl := o.pl
+	due := now.Add(workIdle)
+	if len(o.parked) > 0 {
+		due = minTime(due, o.parked[0].at.Add(workParkFor))
+		for _, s := range o.steps {
+			for _, t := range s.tasks {
+				if t.result == nil && !t.sent.IsZero() {
+					due = minTime(due, t.sent.Add(pl.cfg.Workers.TaskTimeout))
+				}
+			}
+		}
+	}
+	if pl.sinceCkpt > 0 {
+		due = minTime(due, pl.lastCkptTime.Add(pl.ckpt.Every))
+	}
+	return max(due.Sub(now), time.Millisecond)
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // canRead reports whether another minibatch may be read: the open step is
@@ -499,9 +552,29 @@ func (o *workOwner) apply(ctx context.Context, s *workStep) {
 	}
 	if len(enc) > 0 {
 		pl.giveWayToQueries()
-		err := pl.model.(*imageModel).applyContributions(enc)
+		m := pl.model.(*imageModel)
+		err := m.applyContributions(enc)
 		if pl.settle(err, images, s.last.seq) {
 			o.publishModel()
+		}
+		switch {
+		case m.tookSeeds:
+			// The first steps' contributions carry every row of their
+			// minibatches, hundreds of MB at a batch.size in the
+			// hundreds. Return them to the system now: else the
+			// collector's goal stays at twice that, and the heap grows
+			// into fresh pages (a fault each) until it is reached.
+			for _, t := range s.tasks {
+				t.result = nil
+			}
+			debug.FreeOSMemory()
+		default:
+			for _, t := range s.tasks {
+				if b := t.result[:0]; cap(b) > 0 {
+					o.buffers.Put(&b)
+				}
+				t.result = nil
+			}
 		}
 	}
 	if last := s.last; last.seq > pl.lastSeq {
@@ -684,6 +757,9 @@ func publishChunks(nc *nats.Conn, subject string, h nats.Header, data []byte, ti
 // subscription's handler, which NATS calls from one goroutine.
 type assembly struct {
 	parts map[string]*partial
+	// lend, if set, returns memory to put a transfer of n bytes together
+	// in (an empty slice with room for them), or nil for new memory.
+	lend func(n int) []byte
 }
 
 type partial struct {
@@ -728,7 +804,13 @@ func (a *assembly) add(m *nats.Msg) *nats.Msg {
 		return nil
 	}
 	delete(a.parts, id)
-	data := make([]byte, 0, p.size)
+	var data []byte
+	if a.lend != nil {
+		data = a.lend(p.size)
+	}
+	if data == nil {
+		data = make([]byte, 0, p.size)
+	}
 	for _, c := range p.chunks {
 		data = append(data, c...)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/smtd/smtd/config"
+	"github.com/smtd/smtd/internal/state"
 )
 
 // workerPipeline is the deterministic worker-mode pipeline of the tests:
@@ -247,6 +248,25 @@ func TestWorkChunksReassemble(t *testing.T) {
 	if m := partial.add(chunk(1, 3, "a")); m == nil || !bytes.Equal(m.Data, []byte{0, 1, 2}) {
 		t.Errorf("transfer a: %v", m)
 	}
+	// With memory to lend, a transfer is put together in it.
+	for _, size := range []int{4, 2} {
+		lent := make([]byte, 1, size)
+		partial.lend = func(n int) []byte {
+			if cap(lent) < n {
+				return nil
+			}
+			return lent[:0]
+		}
+		partial.add(chunk(0, 3, "c"))
+		partial.add(chunk(2, 3, "c"))
+		m := partial.add(chunk(1, 3, "c"))
+		if m == nil || !bytes.Equal(m.Data, []byte{0, 1, 2}) {
+			t.Fatalf("transfer c with a buffer of %d bytes lent: %v", size, m)
+		}
+		if same := &m.Data[0] == &lent[:1][0]; same != (size >= 3) {
+			t.Errorf("a buffer of %d bytes lent for 3: used %v", size, same)
+		}
+	}
 	for _, bad := range []string{"", "3/3", "-1/2", "0/0", "x/2"} {
 		m := chunk(0, 1, "b")
 		m.Header.Set(headerChunk, bad)
@@ -352,6 +372,9 @@ func TestWorkContributionPrecision(t *testing.T) {
 	if err := m.applyContributions([][]byte{seed}); err != nil {
 		t.Fatal(err)
 	}
+	if !m.tookSeeds || m.contribs[0].km.Seeds != nil {
+		t.Errorf("after a step of seeds: tookSeeds %v, %d seed values kept", m.tookSeeds, len(m.contribs[0].km.Seeds))
+	}
 	var c [2]imageContribution
 	var enc [2][]byte
 	for i, bits := range []int{64, 32} {
@@ -387,7 +410,41 @@ func TestWorkContributionPrecision(t *testing.T) {
 		if err := m.applyContributions([][]byte{enc[i]}); err != nil {
 			t.Errorf("applying the contribution of %d bits: %v", []int{64, 32}[i], err)
 		}
+		if m.tookSeeds {
+			t.Error("a step of sums reported seeds")
+		}
 	}
+}
+
+// TestWorkOwnerSleepsUntilDue checks how long an owner with nothing to
+// read waits for an event: until its oldest parked request must be
+// answered, a task handed out is late (only while a worker waits for
+// one), or a checkpoint is due by time; never longer than workIdle.
+func TestWorkOwnerSleepsUntilDue(t *testing.T) {
+	p := digitsPipeline("digits", "mnist.images", 256)
+	p.Workers.TaskTimeout = 10 * time.Second
+	pl := &pipeline{cfg: p, ckpt: config.Checkpoint{Every: time.Hour}}
+	now := time.Now()
+	pl.lastCkptTime = now
+	o := &workOwner{pl: pl}
+	late := &workTask{sent: now.Add(-9800 * time.Millisecond)}
+	o.steps = []*workStep{{tasks: []*workTask{{result: []byte{1}, sent: now.Add(-time.Minute)}, late, {}}}}
+	check := func(what string, want time.Duration) {
+		t.Helper()
+		if got := o.idleFor(now); got != want {
+			t.Errorf("%s: waits %v, want %v", what, got, want)
+		}
+	}
+	check("no worker waiting", workIdle)
+	o.parked = []parkedRequest{{at: now.Add(-900 * time.Millisecond)}, {at: now}}
+	check("a worker waiting", 100*time.Millisecond)
+	late.sent = now.Add(-9950 * time.Millisecond)
+	check("a task late in 50 ms", 50*time.Millisecond)
+	late.sent = now.Add(-time.Minute)
+	check("a task late already", time.Millisecond)
+	o.parked = nil
+	pl.sinceCkpt, pl.lastCkptTime = 1, now.Add(-time.Hour+20*time.Millisecond)
+	check("a checkpoint due in 20 ms", 20*time.Millisecond)
 }
 
 // TestWorkTaskPrecision checks that workers code in the owner's
@@ -474,5 +531,30 @@ func TestWorkContributionMalformed(t *testing.T) {
 	}
 	if err := m.applyContributions([][]byte{enc}); err != nil {
 		t.Errorf("the contribution itself: %v", err)
+	}
+}
+
+// TestWorkGradientShapeRefusedFirst checks that a contribution whose SMT
+// gradient is not the model's K×dim is refused before its memory is
+// taken: a peer cannot make the owner allocate what it claims.
+func TestWorkGradientShapeRefusedFirst(t *testing.T) {
+	gradient := func(rows, dim int) *state.Decoder {
+		e := state.NewEncoder(nil)
+		e.U8(gradientFloat32)
+		e.Uvarint(1) // pairs
+		e.Uvarint(uint64(rows))
+		e.Uvarint(uint64(dim))
+		e.Uvarint(0) // no non-zero rows
+		return state.NewDecoder(e.Bytes())
+	}
+	c := imageContribution{gradShape: [2]int{256, 32}}
+	if err := c.readGradient(gradient(3000, 7)); err == nil || !c.grad.IsEmpty() {
+		t.Errorf("a 3000x7 gradient for a 256x32 model: error %v, gradient allocated %v", err, !c.grad.IsEmpty())
+	}
+	if err := c.readGradient(gradient(256, 32)); err != nil {
+		t.Fatalf("a gradient of the model's shape: %v", err)
+	}
+	if r, cols := c.grad.Dims(); r != 256 || cols != 32 || !c.stepped {
+		t.Errorf("read a %dx%d gradient (stepped %v), want 256x32", r, cols, c.stepped)
 	}
 }
