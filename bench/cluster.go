@@ -45,7 +45,8 @@ import (
 //   - cluster_owner_page_faults_per_1000_images: the owner's minor page
 //     faults (from /proc), memory it touched fresh, which costs the
 //     kernel's time on this kind of virtual machine, and
-//     cluster_owner_rss_mib, its resident set at the end;
+//     cluster_owner_rss_mib, its resident set at the end (and
+//     cluster_worker_rss_mib, the largest worker's);
 //   - cluster_minibatches_in_flight: (τ+1)·merge, the most minibatches
 //     the schedule lets workers code at once (steps of merge minibatches,
 //     at most τ+1 of them handed out ahead of the owner's model). The
@@ -131,6 +132,7 @@ func (r *workerRun) report(w io.Writer, n int) {
 	fmt.Fprintf(w, "cluster_workers_per_owner: %.1f\n", r.workersCPU/r.ownerCPU)
 	fmt.Fprintf(w, "cluster_owner_page_faults_per_1000_images: %.0f\n", r.ownerFaults*per)
 	fmt.Fprintf(w, "cluster_owner_rss_mib: %.0f\n", r.ownerRSS)
+	fmt.Fprintf(w, "cluster_worker_rss_mib: %.0f\n", r.workerRSS)
 }
 
 // mnistPipeline is the image pipeline of the MNIST benchmarks with K
@@ -161,6 +163,7 @@ type workerRun struct {
 
 	ownerCPU, workersCPU     float64
 	ownerFaults, ownerRSS    float64 // in the timed window; MiB at its end
+	workerRSS                float64 // the largest worker's, MiB, at the end
 	ownerBytes, workersBytes int64
 }
 
@@ -285,6 +288,7 @@ func (r *workerRun) measure() error {
 			r.ownerRSS = rssMiB(c.cmd.Process.Pid)
 			r.ownerCPU += s
 		} else {
+			r.workerRSS = max(r.workerRSS, rssMiB(c.cmd.Process.Pid))
 			r.workersCPU += s
 		}
 	}
