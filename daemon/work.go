@@ -853,6 +853,11 @@ type worker struct {
 	base *imageModel
 	self string
 
+	// workspace is the coding workspace of every version held: only
+	// the worker's goroutine codes, one task at a time, and a workspace
+	// is tens of MB at a batch.size in the hundreds.
+	workspace *imageWork
+
 	mu       sync.Mutex
 	versions map[workVersion]*heldVersion
 	arrived  chan struct{} // closed and replaced when a version arrives
@@ -991,6 +996,12 @@ func (w *worker) model(ctx context.Context, t *workTask) (*imageModel, uint64, e
 					delete(w.versions, workVersion{t.Epoch, bestV})
 					w.mu.Unlock()
 					return nil, 0, fmt.Errorf("smtd: model version %d does not decode: %w", bestV, err)
+				}
+				if w.workspace == nil {
+					w.workspace = m.imageWork
+				} else {
+					w.workspace.patcher = m.patcher // the worker's config as it is now
+					m.imageWork = w.workspace
 				}
 				best.model, best.secs = m, nil
 			}

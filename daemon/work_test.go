@@ -558,3 +558,44 @@ func TestWorkGradientShapeRefusedFirst(t *testing.T) {
 		t.Errorf("read a %dx%d gradient (stepped %v), want 256x32", r, cols, c.stepped)
 	}
 }
+
+// TestWorkerVersionsShareAWorkspace checks that the model versions a
+// worker holds code in one workspace, and code as each would on its own.
+func TestWorkerVersionsShareAWorkspace(t *testing.T) {
+	p := digitsPipeline("digits", "mnist.images", 16)
+	batch := recordedBatch(t, &p, 16)
+	owner := newModel(&p, rand.NewPCG(1, 2)).(*imageModel)
+	var secs [2][]Section
+	for v := range secs {
+		if _, err := owner.learn(batch[8*v : 8*v+8]); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		if secs[v], err = owner.workerSections(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := &worker{pl: &pipeline{cfg: p}, base: newModel(&p, rand.NewPCG(1, 2)).(*imageModel), versions: map[workVersion]*heldVersion{}, arrived: make(chan struct{})}
+	var held [2]*imageModel
+	for v := range secs {
+		w.versions[workVersion{0, uint64(v)}] = &heldVersion{secs: secs[v]}
+		var err error
+		if held[v], _, err = w.model(context.Background(), &workTask{Version: uint64(v), Exact: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if held[0].imageWork != held[1].imageWork {
+		t.Error("the versions held have workspaces of their own")
+	}
+	for v := range held {
+		alone, err := w.base.withWorkerSections(secs[v])
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := alone.contribute(batch, rand.NewPCG(5, 6), 1, 64)
+		got, _ := held[v].contribute(batch, rand.NewPCG(5, 6), 1, 64)
+		if !bytes.Equal(got, want) {
+			t.Errorf("version %d codes differently in the shared workspace", v)
+		}
+	}
+}
