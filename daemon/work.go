@@ -331,8 +331,10 @@ func (o *workOwner) idleFor(now time.Time) time.Duration {
 			}
 		}
 	}
-	if pl.sinceCkpt > 0 {
-		due = minTime(due, pl.lastCkptTime.Add(pl.ckpt.Every))
+	// A checkpoint overdue has failed (the loop tries one whenever it is
+	// due): it is tried again at the next wake, not in a busy loop.
+	if at := pl.lastCkptTime.Add(pl.ckpt.Every); pl.sinceCkpt > 0 && at.After(now) {
+		due = minTime(due, at)
 	}
 	return max(due.Sub(now), time.Millisecond)
 }

@@ -419,7 +419,8 @@ func TestWorkContributionPrecision(t *testing.T) {
 // TestWorkOwnerSleepsUntilDue checks how long an owner with nothing to
 // read waits for an event: until its oldest parked request must be
 // answered, a task handed out is late (only while a worker waits for
-// one), or a checkpoint is due by time; never longer than workIdle.
+// one), or a checkpoint is due by time (one overdue has failed: it
+// waits for the next wake); never longer than workIdle.
 func TestWorkOwnerSleepsUntilDue(t *testing.T) {
 	p := digitsPipeline("digits", "mnist.images", 256)
 	p.Workers.TaskTimeout = 10 * time.Second
@@ -445,6 +446,8 @@ func TestWorkOwnerSleepsUntilDue(t *testing.T) {
 	o.parked = nil
 	pl.sinceCkpt, pl.lastCkptTime = 1, now.Add(-time.Hour+20*time.Millisecond)
 	check("a checkpoint due in 20 ms", 20*time.Millisecond)
+	pl.lastCkptTime = now.Add(-2 * time.Hour)
+	check("a checkpoint overdue (it failed)", workIdle)
 }
 
 // TestWorkTaskPrecision checks that workers code in the owner's
