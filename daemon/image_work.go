@@ -50,9 +50,13 @@ type imageContribution struct {
 	pairs   int64
 	stepped bool
 	// gradShape, if set before decoding, is the K×dim a gradient must
-	// have: one of another shape is refused before its memory is taken.
+	// have (noGradient: none may come): one of another shape is refused
+	// before its memory is taken.
 	gradShape [2]int
 }
+
+// noGradient is the gradShape of a model that takes no SMT gradient.
+var noGradient = [2]int{-1, -1}
 
 // errContribution reports a contribution that does not fit the model.
 var errContribution = errors.New("smtd: malformed contribution")
@@ -152,10 +156,15 @@ func (m *imageModel) applyContributions(enc [][]byte) error {
 	cs := m.contribs[:len(enc)]
 	g := m.patcher.Grid
 	images := 0
+	m.tookSeeds = false
+	// The SMT gradient a contribution may carry, checked before its
+	// memory is taken; none without the sgd solver.
+	shape := noGradient
+	if m.smt != nil && m.solver == config.SolverSGD {
+		shape = [2]int{m.smt.Size(), m.smt.Settings().Dim}
+	}
 	for i, b := range enc {
-		if m.smt != nil {
-			cs[i].gradShape = [2]int{m.smt.Size(), m.smt.Settings().Dim}
-		}
+		cs[i].gradShape = shape
 		if err := cs[i].decode(b); err != nil {
 			return fmt.Errorf("%w: %w", errRefused, err)
 		}
@@ -173,14 +182,14 @@ func (m *imageModel) applyContributions(enc [][]byte) error {
 	_ = m.white.Apply(wcs)
 	m.yield()
 	m.km.Apply(kcs)
-	m.tookSeeds = false
 	for i := range cs {
 		// Seeds come with the first steps only, tens of MB of rows each
 		// at batch sizes in the hundreds: kept for reuse, they would
 		// stay in the heap for good.
-		if cs[i].km.Seeds != nil {
-			cs[i].km.Seeds, m.tookSeeds = nil, true
+		if len(cs[i].km.Seeds) > 0 {
+			m.tookSeeds = true
 		}
+		cs[i].km.Seeds = nil
 	}
 	m.yield()
 	if m.smt == nil {
@@ -370,6 +379,9 @@ func (c *imageContribution) readGradient(r *state.Decoder) error {
 	pairs, rows, dim, nz := r.Uvarint(), r.Uvarint(), r.Uvarint(), r.Uvarint()
 	if r.Bad() || pairs > 1<<62 || rows == 0 || dim == 0 || rows > 1<<20 || dim > 1<<12 || nz > rows || nz*dim*size > uint64(r.Len()) {
 		return fmt.Errorf("%w: gradient shape", errContribution)
+	}
+	if c.gradShape == noGradient {
+		return fmt.Errorf("%w: an SMT gradient, which the model does not take", errContribution)
 	}
 	if c.gradShape != ([2]int{}) && (rows != uint64(c.gradShape[0]) || dim != uint64(c.gradShape[1])) {
 		return fmt.Errorf("%w: an SMT gradient of %dx%d, want %dx%d", errContribution, rows, dim, c.gradShape[0], c.gradShape[1])

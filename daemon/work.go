@@ -448,10 +448,15 @@ func (o *workOwner) versionFor(i int) uint64 {
 // whose model version exists. Requests parked too long get no task.
 func (o *workOwner) handOut() {
 	pl := o.pl
+	now := time.Now()
+	for len(o.parked) > 0 && now.Sub(o.parked[0].at) > workParkFor {
+		// Too old: its worker may stop waiting before a task is there.
+		o.parked[0].msg.Respond(nil) // no task now: ask again
+		o.parked = o.parked[1:]
+	}
 	if pl.fenced() {
 		return // a successor owns the pipeline: its workers work for it
 	}
-	now := time.Now()
 	for i, s := range o.steps {
 		v := o.versionFor(i)
 		if v > pl.version {
@@ -466,9 +471,6 @@ func (o *workOwner) handOut() {
 			}
 			r := o.parked[0]
 			o.parked = o.parked[1:]
-			if now.Sub(r.at) > workParkFor {
-				continue // too old: its worker may stop waiting before the answer is there
-			}
 			if !t.sent.IsZero() {
 				pl.log.Warn().Uint64("task", t.ID).Str("worker", t.worker).Msg("worker mode: no contribution in time; handing the minibatch to another worker")
 			}
@@ -480,10 +482,6 @@ func (o *workOwner) handOut() {
 			}
 			t.sent, t.worker = now, r.msg.Header.Get(HeaderDaemon)
 		}
-	}
-	for len(o.parked) > 0 && now.Sub(o.parked[0].at) > workParkFor {
-		o.parked[0].msg.Respond(nil) // no task now: ask again
-		o.parked = o.parked[1:]
 	}
 }
 
@@ -1002,7 +1000,9 @@ func (w *worker) model(ctx context.Context, t *workTask) (*imageModel, uint64, e
 				if w.workspace == nil {
 					w.workspace = m.imageWork
 				} else {
-					w.workspace.patcher = m.patcher // the worker's config as it is now
+					// The patch settings of the worker's config as it is now.
+					p := &w.workspace.patcher
+					p.Grid, p.Mean, p.Context = m.patcher.Grid, m.patcher.Mean, m.patcher.Context
 					m.imageWork = w.workspace
 				}
 				best.model, best.secs = m, nil

@@ -560,6 +560,65 @@ func TestWorkGradientShapeRefusedFirst(t *testing.T) {
 	if r, cols := c.grad.Dims(); r != 256 || cols != 32 || !c.stepped {
 		t.Errorf("read a %dx%d gradient (stepped %v), want 256x32", r, cols, c.stepped)
 	}
+
+	// A model without SMT takes no gradient at all: a contribution with
+	// one is refused before the gradient's memory is taken.
+	p := digitsPipeline("digits", "mnist.images", 16)
+	p.SMT.Dim = 0
+	m := newModel(&p, rand.NewPCG(1, 2)).(*imageModel)
+	enc, _ := m.snapshot().(*imageModel).contribute(recordedBatch(t, &p, 8), rand.NewPCG(1, 1), 1, 64)
+	if enc[len(enc)-1] != gradientNone {
+		t.Fatal("a contribution without SMT does not end with an empty gradient")
+	}
+	e := state.NewEncoder(enc[: len(enc)-1 : len(enc)-1])
+	e.U8(gradientFloat32)
+	for _, v := range []uint64{1, 3000, 7, 0} { // pairs, rows, dim, non-zero rows
+		e.Uvarint(v)
+	}
+	if err := m.applyContributions([][]byte{e.Bytes()}); err == nil || !m.contribs[0].grad.IsEmpty() {
+		t.Errorf("a gradient sent to a model without SMT: error %v, gradient allocated %v", err, !m.contribs[0].grad.IsEmpty())
+	}
+}
+
+// TestWorkOwnerSkipsStaleRequests checks that a request parked too long
+// gets no task (its worker may have stopped waiting) and that the task
+// due goes to the next request instead of waiting for another round.
+func TestWorkOwnerSkipsStaleRequests(t *testing.T) {
+	ns := startNATS(t)
+	nc := connect(t, ns.ClientURL())
+	reqs := make(chan *nats.Msg, 2)
+	if _, err := nc.ChanSubscribe("task", reqs); err != nil {
+		t.Fatal(err)
+	}
+	replies := map[string]chan *nats.Msg{}
+	for _, name := range []string{"stale", "fresh"} {
+		replies[name] = make(chan *nats.Msg, 1)
+		if _, err := nc.ChanSubscribe("inbox."+name, replies[name]); err != nil {
+			t.Fatal(err)
+		}
+		if err := nc.PublishRequest("task", "inbox."+name, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := time.Now()
+	o := &workOwner{pl: &pipeline{cfg: digitsPipeline("digits", "mnist.images", 16)}}
+	o.parked = []parkedRequest{{<-reqs, now.Add(-2 * workParkFor)}, {<-reqs, now}}
+	task := &workTask{ID: 7, Seqs: []uint64{7}}
+	o.steps = []*workStep{{tasks: []*workTask{task}}}
+	o.handOut()
+	if task.sent.IsZero() || len(o.parked) != 0 {
+		t.Fatalf("task handed out %v, %d requests left parked", !task.sent.IsZero(), len(o.parked))
+	}
+	for name, want := range map[string]bool{"stale": false, "fresh": true} {
+		select {
+		case m := <-replies[name]:
+			if got := len(m.Data) > 0; got != want {
+				t.Errorf("the %s request got a task %v, want %v", name, got, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Errorf("the %s request got no answer", name)
+		}
+	}
 }
 
 // TestWorkerVersionsShareAWorkspace checks that the model versions a
