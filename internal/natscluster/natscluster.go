@@ -5,6 +5,7 @@ package natscluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -29,7 +30,24 @@ type Cluster struct {
 // JetStream answers (it has a meta leader), or within a minute an error.
 // Each configure function may change a node's options (its name, ports,
 // store and routes are set before).
+//
+// The nodes' route ports are picked free, then bound by the nodes: a
+// process in between (tests run in parallel) may take one. A start whose
+// node does not come up is tried again, twice, on new ports.
 func Start(dir string, n int, configure ...func(*server.Options)) (*Cluster, error) {
+	var err error
+	for range 3 {
+		var c *Cluster
+		if c, err = start(dir, n, configure); !errors.Is(err, errNotStarted) {
+			return c, err
+		}
+	}
+	return nil, err
+}
+
+var errNotStarted = errors.New("natscluster: a node did not start")
+
+func start(dir string, n int, configure []func(*server.Options)) (*Cluster, error) {
 	ports := make([]int, n)
 	var routes []string
 	for i := range ports {
@@ -63,8 +81,9 @@ func Start(dir string, n int, configure ...func(*server.Options)) (*Cluster, err
 		}
 		go s.Start()
 		if !s.ReadyForConnections(10 * time.Second) {
+			s.Shutdown()
 			c.Shutdown()
-			return nil, fmt.Errorf("natscluster: node %s did not start", name)
+			return nil, fmt.Errorf("%w: %s", errNotStarted, name)
 		}
 		c.Servers = append(c.Servers, s)
 		urls = append(urls, s.ClientURL())
