@@ -649,15 +649,22 @@ func TestWorkerVersionsShareAWorkspace(t *testing.T) {
 	if held[0].imageWork != held[1].imageWork {
 		t.Error("the versions held have workspaces of their own")
 	}
+	// The shared workspace first holds another version's larger batch.
+	held[1].contribute(append(batch, batch...), rand.NewPCG(7, 8), 1, 64)
 	for v := range held {
 		alone, err := w.base.withWorkerSections(secs[v])
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, _ := alone.contribute(batch, rand.NewPCG(5, 6), 1, 64)
-		got, _ := held[v].contribute(batch, rand.NewPCG(5, 6), 1, 64)
+		want, wantOuts := alone.contribute(batch, rand.NewPCG(5, 6), 1, 64)
+		got, gotOuts := held[v].contribute(batch, rand.NewPCG(5, 6), 1, 64)
 		if !bytes.Equal(got, want) {
-			t.Errorf("version %d codes differently in the shared workspace", v)
+			t.Errorf("version %d contributes differently in the shared workspace", v)
+		}
+		for i := range wantOuts {
+			if !slices.Equal(gotOuts[i].vector, wantOuts[i].vector) {
+				t.Errorf("version %d, image %d: another output in the shared workspace", v, i)
+			}
 		}
 	}
 }
