@@ -58,7 +58,7 @@ func TestLoadFiles(t *testing.T) {
 			"workers.bad.yaml:7: pipelines[0].workers.precision: must be 32 or 64, got 16",
 			"workers.bad.yaml:5: pipelines[0].workers.enabled: needs cluster.enabled",
 			"workers.bad.yaml:11: pipelines[1].workers.enabled: needs cluster.enabled",
-			"workers.bad.yaml:11: pipelines[1].workers.enabled: supports image pipelines learning smt (modality image, learner smt), got modality text, learner smt",
+			"workers.bad.yaml:11: pipelines[1].workers.enabled: supports image and video pipelines learning smt (modality image or video, learner smt), got modality text, learner smt",
 		}},
 		{file: "open-listen.good.yaml"},
 		{file: "nkey-users.good.yaml"},

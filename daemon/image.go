@@ -66,6 +66,9 @@ type imageModel struct {
 	// contribs are the contributions of the last step in worker mode, a
 	// workspace of the owner's learner.
 	contribs []imageContribution
+	// frameBatch holds the frames of a step in worker mode, for the
+	// tracker, a workspace of the owner's learner.
+	frameBatch []sample
 	// tookSeeds: the last step in worker mode took seeds, every row of
 	// its minibatches (see online.KMeansContribution).
 	tookSeeds bool

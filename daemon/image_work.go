@@ -26,17 +26,26 @@ import (
 //     h_j and sums Σ x_i of the rows coded j, re-seeding candidates, or
 //     the rows themselves while the dictionary is being seeded, merged by
 //     online.KMeans.Apply;
-//   - SMT: the f_vq code of every patch, from which the owner adds the
-//     spatial co-occurrences to the statistics, and with the SGD solver
-//     the minibatch's gradient term (P L_b)ᵀ (sparse-manifold-transform
-//     eq. 5) computed with the version's P, which the owner sums over the
-//     step and steps with (sgd.SMT.StepGradient); the closed-form solver
-//     solves from the statistics on the owner.
+//   - SMT on images: the code of every patch (f_vq, or f_gq's atoms and
+//     cosines), from which the owner adds the spatial co-occurrences to
+//     the statistics, and with the SGD solver (f_vq) the minibatch's
+//     gradient term (P L_b)ᵀ (sparse-manifold-transform eq. 5) computed
+//     with the version's P, which the owner sums over the step and steps
+//     with (sgd.SMT.StepGradient); the closed-form solver solves from the
+//     statistics on the owner.
+//   - SMT on video: the code of every patch and the stream and index of
+//     every frame. The owner follows the streams with its frame tracker
+//     in stream-sequence order, exactly as a single daemon does, so the
+//     temporal triples (t−1, t, t+1) of eq. 8 are those of one daemon
+//     whichever workers coded the frames of a stream, and a worker that
+//     dies breaks no chain. It adds the triples to the statistics and,
+//     with the SGD solver, takes the step on them: O(nnz·dim) per patch,
+//     against the worker's O(K·patch dim) for scoring it.
 //
 // The costly parts, scoring every whitened patch against every atom and
-// the SMT gradient over every pair of neighbouring patches, are the
-// workers'; the owner's step costs O(K·dim) per contribution plus O(1)
-// per patch for the statistics.
+// the spatial SMT gradient over every pair of neighbouring patches, are
+// the workers'; the owner's step costs O(K·dim) per contribution plus
+// O(1) per patch for the statistics (O(nnz·dim) per video patch).
 
 // imageContribution is one minibatch's contribution.
 type imageContribution struct {
@@ -44,6 +53,12 @@ type imageContribution struct {
 	white  online.WhitenContribution
 	km     online.KMeansContribution
 	codes  []int32 // f_vq code of every patch (−1: blank); nil without SMT
+	// sparse is the f_gq code of every patch with SMT and kmeans.code gq:
+	// its atoms and their cosines, before a video pipeline softens them.
+	sparse online.SparseCodes
+	// frames are the stream and index of every frame coded, in order, in
+	// video pipelines with SMT.
+	frames []frameID
 	// The SGD solver's gradient term (P L_b)ᵀ, K×dim, over pairs pairs;
 	// stepped is false when no patch counted (no step).
 	grad    mat.Dense
@@ -53,6 +68,12 @@ type imageContribution struct {
 	// have (noGradient: none may come): one of another shape is refused
 	// before its memory is taken.
 	gradShape [2]int
+}
+
+// frameID names a video frame: its stream and index.
+type frameID struct {
+	stream string
+	index  uint64
 }
 
 // noGradient is the gradShape of a model that takes no SMT gradient.
@@ -79,23 +100,39 @@ func (m *imageModel) contribute(batch []sample, src rand.Source, ahead, precisio
 	_ = w.Apply([]*online.WhitenContribution{&c.white}) // as in learn: a failed refresh keeps the operator
 	m.whiten(w)
 	m.km.Contribute(&c.km, m.assign, nil, &m.w, m.blank, src, m.km.DeadWithin(ahead))
+	coder := m.km
 	if len(c.km.Seeds) > 0 {
-		m.seedLocally(src)
+		coder = m.seedLocally(src)
 	}
-	var outs []output
-	if m.smt == nil {
-		outs = m.pooledCodes(batch)
-	} else {
-		c.codes = make([]int32, len(m.assign))
-		for i, a := range m.assign {
-			c.codes[i] = int32(a)
+	if m.code == config.CodeGQ {
+		coder.CodesGQ(&m.codes, &m.w, m.thresh)
+	}
+	if m.smt != nil {
+		if m.code == config.CodeVQ {
+			c.codes = make([]int32, len(m.assign))
+			for i, a := range m.assign {
+				c.codes[i] = int32(a)
+			}
+		} else {
+			c.sparse = m.codes // encoded below, before soften changes it
 		}
-		if m.solver == config.SolverSGD {
+		if m.video {
+			c.frames = make([]frameID, len(batch))
+			for i, s := range batch {
+				c.frames[i] = frameID{s.stream, s.frame}
+			}
+		} else if m.solver == config.SolverSGD {
 			c.pairs, c.stepped = m.smt.GradientImagesVQ(&c.grad, m.assign, len(batch), m.patcher.Grid, m.smtRange)
 		}
-		outs = m.embedded(batch)
 	}
-	return c.encode(precision == 32), outs
+	enc := c.encode(precision == 32)
+	if m.video && m.code == config.CodeGQ {
+		m.soften()
+	}
+	if m.smt == nil {
+		return enc, m.pooledCodes(batch)
+	}
+	return enc, m.embedded(batch)
 }
 
 // seedLocally codes the minibatch in m.w, whose rows are the seeds of a
@@ -107,8 +144,9 @@ func (m *imageModel) contribute(batch []sample, src rand.Source, ahead, precisio
 // whose cost grows as K times the rows (a minute for K = 4096 and 256
 // MNIST images on one core, longer than a task may take); its atoms only
 // code this minibatch. The owner seeds its own dictionary from the rows
-// by k-means++, with its own source.
-func (m *imageModel) seedLocally(src rand.Source) {
+// by k-means++, with its own source. It returns the copy, for the f_gq
+// codes.
+func (m *imageModel) seedLocally(src rand.Source) *online.KMeans {
 	b, err := m.km.MarshalBinary()
 	if err != nil {
 		panic(err)
@@ -140,6 +178,7 @@ func (m *imageModel) seedLocally(src rand.Source) {
 		k.Learn(seeds, nil)
 	}
 	k.LearnAssign(m.assign, nil, &m.w, m.blank)
+	return k
 }
 
 // applyContributions takes one learning step from the encoded
@@ -158,9 +197,10 @@ func (m *imageModel) applyContributions(enc [][]byte) error {
 	images := 0
 	m.tookSeeds = false
 	// The SMT gradient a contribution may carry, checked before its
-	// memory is taken; none without the sgd solver.
+	// memory is taken; none without the sgd solver, and none for video,
+	// whose steps the owner takes.
 	shape := noGradient
-	if m.smt != nil && m.solver == config.SolverSGD {
+	if m.smt != nil && m.solver == config.SolverSGD && m.frames == nil {
 		shape = [2]int{m.smt.Size(), m.smt.Settings().Dim}
 	}
 	for i, b := range enc {
@@ -195,16 +235,40 @@ func (m *imageModel) applyContributions(enc [][]byte) error {
 	if m.smt == nil {
 		return nil
 	}
-	m.assign = m.assign[:0]
-	for i := range cs {
-		for _, a := range cs[i].codes {
-			m.assign = append(m.assign, int(a))
+	if m.code == config.CodeVQ {
+		m.assign = m.assign[:0]
+		for i := range cs {
+			for _, a := range cs[i].codes {
+				m.assign = append(m.assign, int(a))
+			}
+		}
+	} else {
+		resetCodes(&m.codes, m.km.Settings().K)
+		for i := range cs {
+			appendRows(&m.codes, &cs[i].sparse, 0, cs[i].sparse.Rows)
+		}
+		if m.video {
+			m.soften()
 		}
 	}
-	if len(m.assign) != images*g.Len() {
-		panic("smtd: contribution codes checked above")
+	if m.frames != nil {
+		m.frameBatch = m.frameBatch[:0]
+		for i := range cs {
+			for _, f := range cs[i].frames {
+				m.frameBatch = append(m.frameBatch, sample{stream: f.stream, frame: f.index})
+			}
+		}
+		if err := m.learnTemporal(m.frameBatch); err != nil {
+			return err
+		}
+		m.yield()
+		return m.solveOnSchedule()
 	}
-	m.stats.AddImagesVQ(m.assign, images, g)
+	if m.code == config.CodeGQ {
+		m.stats.AddImagesGQ(&m.codes, images, g) // closed-form solver only (config)
+	} else {
+		m.stats.AddImagesVQ(m.assign, images, g)
+	}
 	if m.solver == config.SolverSGD {
 		// The gradients add up (sgd.SMT.GradientImagesVQ), in order.
 		var sum *mat.Dense
@@ -247,12 +311,22 @@ func (m *imageModel) fits(c *imageContribution) error {
 	if m.smt == nil {
 		return nil
 	}
-	if len(c.codes) != c.images*g.Len() {
+	if m.code == config.CodeVQ && len(c.codes) != c.images*g.Len() {
 		return fmt.Errorf("%w: %d codes for %d images of %d patches", errContribution, len(c.codes), c.images, g.Len())
 	}
+	if m.code == config.CodeGQ && (len(c.codes) != 0 || c.sparse.Rows != c.images*g.Len()) {
+		return fmt.Errorf("%w: %d f_vq and %d f_gq codes for %d images of %d patches with f_gq codes", errContribution, len(c.codes), c.sparse.Rows, c.images, g.Len())
+	}
+	frames := 0 // video: one per image
+	if m.frames != nil {
+		frames = c.images
+	}
+	if len(c.frames) != frames {
+		return fmt.Errorf("%w: %d frames for %d images, want %d", errContribution, len(c.frames), c.images, frames)
+	}
 	if c.stepped {
-		if r, cols := c.grad.Dims(); m.solver != config.SolverSGD || r != m.smt.Size() || cols != m.smt.Settings().Dim || c.pairs < 0 {
-			return fmt.Errorf("%w: an SMT gradient of %dx%d, want %dx%d with the sgd solver", errContribution, r, cols, m.smt.Size(), m.smt.Settings().Dim)
+		if r, cols := c.grad.Dims(); m.solver != config.SolverSGD || m.frames != nil || r != m.smt.Size() || cols != m.smt.Settings().Dim || c.pairs < 0 {
+			return fmt.Errorf("%w: an SMT gradient of %dx%d, want %dx%d with the sgd solver on images", errContribution, r, cols, m.smt.Size(), m.smt.Settings().Dim)
 		}
 	}
 	for _, a := range c.codes {
@@ -260,13 +334,21 @@ func (m *imageModel) fits(c *imageContribution) error {
 			return fmt.Errorf("%w: code %d outside -1..%d", errContribution, a, k.K-1)
 		}
 	}
+	for _, a := range c.sparse.Index {
+		if a >= k.K {
+			return fmt.Errorf("%w: f_gq atom %d outside 0..%d", errContribution, a, k.K-1)
+		}
+	}
 	return nil
 }
 
 // encode writes the contribution as: images, then the whitening and
-// k-means contributions and the codes, each preceded by its length
-// (uvarints); codes are stored as uvarints of code+1. With f32 the k-means
-// sums and the gradient are sent as float32 (config.Workers.Precision).
+// k-means contributions and the f_vq codes, each preceded by its length
+// (uvarints; codes are stored as uvarints of code+1), the SMT gradient
+// (appendGradient), and, when there are f_gq codes or frames, a byte of
+// contribSparse and contribFrames flags followed by those sections
+// (appendSparse, appendFrames). With f32 the k-means sums, the gradient
+// and the cosines are sent as float32 (config.Workers.Precision).
 func (c *imageContribution) encode(f32 bool) []byte {
 	// A value beyond float32's range would arrive as an infinity, which
 	// the owner refuses: such a contribution goes in float64.
@@ -292,7 +374,127 @@ func (c *imageContribution) encode(f32 bool) []byte {
 		e.Uvarint(uint64(a + 1))
 	}
 	c.appendGradient(e, f32)
+	var flags byte
+	if c.sparse.Rows > 0 {
+		flags |= contribSparse
+	}
+	if len(c.frames) > 0 {
+		flags |= contribFrames
+	}
+	if flags != 0 {
+		e.U8(flags)
+	}
+	if flags&contribSparse != 0 {
+		c.appendSparse(e, f32)
+	}
+	if flags&contribFrames != 0 {
+		c.appendFrames(e)
+	}
 	return e.Bytes()
+}
+
+// The sections an encoded contribution may have past its gradient.
+const (
+	contribSparse = 1 << iota // f_gq codes
+	contribFrames             // video frames
+)
+
+// appendSparse writes the f_gq codes to e: the width of the cosines in
+// bytes (4 with f32, else 8), the number of rows, and for each its number
+// of atoms, the atoms (uvarints) and their cosines. The cosines are
+// float32s widened (online.KMeans.CodesGQ), so that f32 loses nothing.
+func (c *imageContribution) appendSparse(e *state.Encoder, f32 bool) {
+	width := byte(8)
+	if f32 {
+		width = 4
+	}
+	e.U8(width)
+	e.Uvarint(uint64(c.sparse.Rows))
+	for i := range c.sparse.Rows {
+		atoms, cos := c.sparse.Row(i)
+		e.Uvarint(uint64(len(atoms)))
+		for _, a := range atoms {
+			e.Uvarint(uint64(a))
+		}
+		if f32 {
+			e.F32s(cos)
+		} else {
+			e.F64s(cos)
+		}
+	}
+}
+
+// readSparse reads what appendSparse wrote into c.sparse.
+func (c *imageContribution) readSparse(r *state.Decoder) error {
+	width, rows := r.U8(), r.Uvarint()
+	if r.Bad() || (width != 4 && width != 8) || rows == 0 || rows > uint64(r.Len()) {
+		return fmt.Errorf("%w: f_gq codes", errContribution)
+	}
+	sp := &c.sparse
+	resetCodes(sp, 0) // the atoms are checked against K by fits
+	for range rows {
+		n := r.Uvarint()
+		if r.Bad() || n > uint64(r.Len()) {
+			return fmt.Errorf("%w: f_gq codes", errContribution)
+		}
+		for range n {
+			a := r.Uvarint()
+			if r.Bad() || a > 1<<31 {
+				return fmt.Errorf("%w: f_gq atoms", errContribution)
+			}
+			sp.Index = append(sp.Index, int(a))
+		}
+		from := len(sp.Cos)
+		sp.Cos = append(sp.Cos, make([]float64, n)...)
+		if width == 4 {
+			r.F32s(sp.Cos[from:])
+		} else {
+			r.F64s(sp.Cos[from:])
+		}
+		if r.Bad() {
+			return fmt.Errorf("%w: f_gq codes truncated", errContribution)
+		}
+		for _, v := range sp.Cos[from:] {
+			if !(v >= -1.001 && v <= 1.001) {
+				return fmt.Errorf("%w: an f_gq cosine of %g", errContribution, v)
+			}
+		}
+		sp.Ptr = append(sp.Ptr, len(sp.Index))
+		sp.Rows++
+	}
+	return nil
+}
+
+// appendFrames writes the frames to e: their number, then for each its
+// stream (length and bytes) and index (uvarints).
+func (c *imageContribution) appendFrames(e *state.Encoder) {
+	e.Uvarint(uint64(len(c.frames)))
+	for _, f := range c.frames {
+		e.Uvarint(uint64(len(f.stream)))
+		e.Raw([]byte(f.stream))
+		e.Uvarint(f.index)
+	}
+}
+
+// readFrames reads what appendFrames wrote into c.frames; a stream is
+// named by 1 to maxStreamBytes bytes, as the input's Smtd-Stream.
+func (c *imageContribution) readFrames(r *state.Decoder) error {
+	n := r.Uvarint()
+	if r.Bad() || n == 0 || n > uint64(r.Len()) {
+		return fmt.Errorf("%w: frames", errContribution)
+	}
+	for range n {
+		l := r.Uvarint()
+		if r.Bad() || l == 0 || l > maxStreamBytes || l > uint64(r.Len()) {
+			return fmt.Errorf("%w: a frame's stream", errContribution)
+		}
+		f := frameID{stream: string(r.Bytes(int(l))), index: r.Uvarint()}
+		if r.Bad() {
+			return fmt.Errorf("%w: frames truncated", errContribution)
+		}
+		c.frames = append(c.frames, f)
+	}
+	return nil
 }
 
 // Gradient flags of an encoded contribution.
@@ -444,6 +646,24 @@ func (c *imageContribution) decode(b []byte) error {
 	if err := c.readGradient(r); err != nil {
 		return err
 	}
+	resetCodes(&c.sparse, 0)
+	c.frames = c.frames[:0]
+	if r.Len() > 0 {
+		flags := r.U8()
+		if flags == 0 || flags&^(contribSparse|contribFrames) != 0 {
+			return fmt.Errorf("%w: sections %#x", errContribution, flags)
+		}
+		if flags&contribSparse != 0 {
+			if err := c.readSparse(r); err != nil {
+				return err
+			}
+		}
+		if flags&contribFrames != 0 {
+			if err := c.readFrames(r); err != nil {
+				return err
+			}
+		}
+	}
 	if r.Len() != 0 {
 		return fmt.Errorf("%w: %d trailing bytes", errContribution, r.Len())
 	}
@@ -460,10 +680,11 @@ func workerParts(m *imageModel) []part {
 	return ps
 }
 
-// codingState is the image model's own coding setting in a model
-// version: patches.min_norm, below which a patch is blank (the stages
-// carry their settings in their own sections). With it, workers code as
-// the owner's config says, after a reload of the owner too.
+// codingState is the image model's own coding settings in a model
+// version: patches.min_norm, below which a patch is blank, and
+// kmeans.threshold, the t of f_gq codes (the stages carry their settings
+// in their own sections). With it, workers code as the owner's config
+// says, after a reload of the owner too.
 type codingState struct{ m *imageModel }
 
 const codingSection = "coding"
@@ -471,16 +692,22 @@ const codingSection = "coding"
 func (c codingState) MarshalBinary() ([]byte, error) {
 	e := state.NewEncoder(nil)
 	e.F64(c.m.minNorm)
+	e.F64(c.m.thresh)
 	return e.Bytes(), nil
 }
 
+// UnmarshalBinary reads the settings; versions of earlier builds carry
+// min_norm only, and leave the threshold as it is.
 func (c codingState) UnmarshalBinary(b []byte) error {
 	d := state.NewDecoder(b)
-	v := d.F64()
-	if !d.Done() || !(v >= 0) {
+	minNorm, thresh := d.F64(), c.m.thresh
+	if d.Len() > 0 {
+		thresh = d.F64()
+	}
+	if !d.Done() || !(minNorm >= 0) || !(thresh >= -1 && thresh <= 1) {
 		return errors.New("smtd: the coding section of a model version does not decode")
 	}
-	c.m.minNorm = v
+	c.m.minNorm, c.m.thresh = minNorm, thresh
 	return nil
 }
 

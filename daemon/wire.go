@@ -26,7 +26,7 @@ const (
 	HeaderEncoding     = "Smtd-Encoding"      // input: raw or png
 	HeaderShape        = "Smtd-Shape"         // input and output: "rows,cols[,channels]", or "n" for vectors
 	HeaderDtype        = "Smtd-Dtype"         // input: uint8 or float32; output: float32
-	HeaderStream       = "Smtd-Stream"        // video: the stream a frame belongs to
+	HeaderStream       = "Smtd-Stream"        // video: the stream a frame belongs to (1..maxStreamBytes)
 	HeaderFrame        = "Smtd-Frame"         // video: the frame's index in its stream
 	HeaderLabel        = "Smtd-Label"         // optional, copied to the output
 	HeaderPipeline     = "Smtd-Pipeline"      // output: the pipeline that produced it
@@ -39,6 +39,9 @@ const (
 	// HeaderModelVersion).
 	HeaderDaemon = "Smtd-Daemon"
 )
+
+// maxStreamBytes bounds the name of a video stream (HeaderStream).
+const maxStreamBytes = 256
 
 // Reasons an input message is rejected, as reported in error events.
 const (
@@ -144,8 +147,8 @@ func decode(p *config.Pipeline, h nats.Header, data []byte) (sample, error) {
 		if s.stream == "" {
 			return s, reject(ReasonMissingHeader, "video frame without %s", HeaderStream)
 		}
-		if len(s.stream) > 256 {
-			return s, reject(ReasonBadHeader, "%s longer than 256 bytes", HeaderStream)
+		if len(s.stream) > maxStreamBytes {
+			return s, reject(ReasonBadHeader, "%s longer than %d bytes", HeaderStream, maxStreamBytes)
 		}
 		f := header(h, HeaderFrame)
 		if f == "" {

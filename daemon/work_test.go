@@ -337,6 +337,7 @@ func TestWorkerVersionCarriesTheOwnersSettings(t *testing.T) {
 	tuned.Whiten.Lambda = p.Whiten.Lambda * 3
 	tuned.KMeans.ReseedAfter = p.KMeans.ReseedAfter + 7
 	tuned.SMT.LearningRate = p.SMT.LearningRate / 2
+	tuned.KMeans.Threshold = p.KMeans.Threshold + 0.25
 	owner.tune(&tuned)
 	secs, err := owner.workerSections()
 	if err != nil {
@@ -348,6 +349,9 @@ func TestWorkerVersionCarriesTheOwnersSettings(t *testing.T) {
 	}
 	if got.minNorm != tuned.Patches.MinNorm || worker.minNorm != p.Patches.MinNorm {
 		t.Errorf("min_norm: version %v, worker %v; want %v and %v", got.minNorm, worker.minNorm, tuned.Patches.MinNorm, p.Patches.MinNorm)
+	}
+	if got.thresh != tuned.KMeans.Threshold {
+		t.Errorf("f_gq threshold %v, want %v", got.thresh, tuned.KMeans.Threshold)
 	}
 	if l := got.white.Settings().Lambda; l != tuned.Whiten.Lambda {
 		t.Errorf("whitening λ %v, want %v", l, tuned.Whiten.Lambda)
@@ -481,59 +485,92 @@ func TestWorkTaskPrecision(t *testing.T) {
 // recordedBatch decodes the first n images of the recorded MNIST stream
 // for p.
 func recordedBatch(t *testing.T, p *config.Pipeline, n int) []sample {
+	return recordedSamples(t, p, "mnist-train-1000.smtdrec", n)
+}
+
+// recordedFrames decodes the first n frames of the recorded video stream
+// for p.
+func recordedFrames(t *testing.T, p *config.Pipeline, n int) []sample {
+	return recordedSamples(t, p, "video-2x48.smtdrec", n)
+}
+
+// recordedSamples decodes the first n messages of a recorded stream for
+// p, numbered by their sequence in it.
+func recordedSamples(t *testing.T, p *config.Pipeline, stream string, n int) []sample {
 	t.Helper()
-	msgs := readStream(t, "mnist-train-1000.smtdrec")
+	msgs := readStream(t, stream)
 	batch := make([]sample, n)
 	for i := range batch {
 		var err error
 		if batch[i], err = decode(p, msgs[i].Header, msgs[i].Data); err != nil {
 			t.Fatal(err)
 		}
+		batch[i].seq = uint64(i + 1)
 	}
 	return batch
 }
 
 // A contribution cut short or corrupted is refused with an error before
-// the model changes, never with a panic.
+// the model changes, never with a panic: images and video with f_vq and
+// f_gq codes (frames, f_gq atoms and cosines).
 func TestWorkContributionMalformed(t *testing.T) {
-	p := digitsPipeline("digits", "mnist.images", 16)
-	m := newModel(&p, rand.NewPCG(1, 2)).(*imageModel)
-	batch := recordedBatch(t, &p, 8)
-	enc, _ := m.snapshot().(*imageModel).contribute(batch, rand.NewPCG(1, 1), 1, p.Workers.Precision)
-	before, err := m.sections()
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := rand.New(rand.NewPCG(3, 4))
-	for i := 0; i < 300; i++ {
-		bad := append([]byte(nil), enc...)
-		switch i % 3 {
-		case 0:
-			bad = bad[:r.IntN(len(bad))]
-		case 1:
-			bad[r.IntN(len(bad))] ^= byte(1 + r.IntN(255))
-		default:
-			bad = append(bad, byte(r.IntN(256)))
-		}
-		if err := m.applyContributions([][]byte{bad}); err == nil {
-			if i%3 != 1 {
-				t.Fatalf("case %d: a malformed contribution was applied", i)
+	digits := digitsPipeline("digits", "mnist.images", 16)
+	digitsGQ := digits
+	digitsGQ.KMeans.Code, digitsGQ.SMT.Solver = config.CodeGQ, config.SolverClosed
+	for _, tc := range []struct {
+		name  string
+		p     config.Pipeline
+		batch []sample
+	}{
+		{"images", digits, recordedBatch(t, &digits, 8)},
+		{"images gq", digitsGQ, recordedBatch(t, &digitsGQ, 8)},
+		{"video vq", videoWorkerPipeline(config.CodeVQ), nil},
+		{"video gq", videoWorkerPipeline(config.CodeGQ), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := tc.p
+			if tc.batch == nil {
+				tc.batch = recordedFrames(t, &p, 8)
 			}
-			// A flipped byte inside a float is still a contribution.
-			m = newModel(&p, rand.NewPCG(1, 2)).(*imageModel)
-		}
-	}
-	after, err := m.sections()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range before {
-		if !bytes.Equal(before[i].Data, after[i].Data) {
-			t.Errorf("section %s changed by refused contributions", before[i].Name)
-		}
-	}
-	if err := m.applyContributions([][]byte{enc}); err != nil {
-		t.Errorf("the contribution itself: %v", err)
+			m := newModel(&p, rand.NewPCG(1, 2)).(*imageModel)
+			enc, _ := m.snapshot().(*imageModel).contribute(tc.batch, rand.NewPCG(1, 1), 1, p.Workers.Precision)
+			before, err := m.sections()
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := rand.New(rand.NewPCG(3, 4))
+			for i := 0; i < 300; i++ {
+				bad := append([]byte(nil), enc...)
+				switch i % 3 {
+				case 0:
+					bad = bad[:r.IntN(len(bad))]
+				case 1:
+					bad[r.IntN(len(bad))] ^= byte(1 + r.IntN(255))
+				default:
+					bad = append(bad, byte(r.IntN(256)))
+				}
+				if err := m.applyContributions([][]byte{bad}); err == nil {
+					if i%3 != 1 {
+						t.Fatalf("case %d: a malformed contribution was applied", i)
+					}
+					// A flipped byte inside a float or a stream's name is
+					// still a contribution.
+					m = newModel(&p, rand.NewPCG(1, 2)).(*imageModel)
+				}
+			}
+			after, err := m.sections()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range before {
+				if !bytes.Equal(before[i].Data, after[i].Data) {
+					t.Errorf("section %s changed by refused contributions", before[i].Name)
+				}
+			}
+			if err := m.applyContributions([][]byte{enc}); err != nil {
+				t.Errorf("the contribution itself: %v", err)
+			}
+		})
 	}
 }
 

@@ -1,0 +1,171 @@
+package daemon
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/smtd/smtd/config"
+)
+
+// videoWorkerPipeline is a small video pipeline with temporal SMT in
+// deterministic worker mode: steps of one minibatch of 8 frames, coded
+// with the newest model, sent exactly.
+func videoWorkerPipeline(code string) config.Pipeline {
+	p := config.DefaultPipeline(config.Video, "frames")
+	p.KMeans.Atoms = 32
+	p.KMeans.Code = code
+	p.SMT.Dim = 8
+	p.Deterministic = true
+	p.Seed = 7
+	p.Batch.Size = 8
+	p.Workers = config.Workers{Enabled: true, Merge: 1, Staleness: 0, OnOwner: true, TaskTimeout: 5 * time.Second, Precision: 64}
+	return p
+}
+
+// TestWorkVideoMatchesOneDaemon checks that worker mode learns video as
+// one daemon does: with one minibatch a step, coded with the newest
+// model (τ = 0) and sent exactly, the owner that applies the workers'
+// contributions ends with the model, bit for bit, of a single daemon
+// that learned the same minibatches, its frame tracker and temporal
+// SMT statistics included. Both start from the dictionary seeded by the
+// first minibatch (workers code the seeding step with a dictionary of
+// their own, see seedLocally). With f_vq codes a worker's code is the
+// one a single daemon's learning step assigns, before it moves the
+// atoms.
+func TestWorkVideoMatchesOneDaemon(t *testing.T) {
+	p := videoWorkerPipeline(config.CodeVQ)
+	frames := recordedFrames(t, &p, 96)
+	var batches [][]sample
+	for b := range slices.Chunk(frames, p.Batch.Size) {
+		batches = append(batches, b)
+	}
+	var one, owner *imageModel
+	for _, m := range []**imageModel{&one, &owner} {
+		*m = newModel(&p, rand.NewPCG(p.Seed, 1)).(*imageModel)
+		if _, err := (*m).learn(batches[0]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, batch := range batches[1:] {
+		secs, err := owner.workerSections()
+		if err != nil {
+			t.Fatal(err)
+		}
+		worker, err := owner.withWorkerSections(secs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		enc, _ := worker.contribute(batch, rand.NewPCG(p.Seed, batch[0].seq), 1, 64)
+		if err := owner.applyContributions([][]byte{enc}); err != nil {
+			t.Fatalf("step %d: %v", i+1, err)
+		}
+		if _, err := one.learn(batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c := owner.frames.counts(); c.Streams != 2 || c.Gaps != 0 || c.Late != 0 {
+		t.Errorf("owner's frame tracker: %+v, want 2 streams, no gaps, nothing late", c)
+	}
+	got, err := owner.sections()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := one.sections()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range want {
+		if b, err := findSection(got, s.Name); err != nil || !bytes.Equal(b, s.Data) {
+			t.Errorf("section %s differs from one daemon's", s.Name)
+		}
+	}
+}
+
+// Worker mode on video: three daemon processes on a 3-node NATS cluster
+// share the learning of two interleaved recorded clips, f_gq codes and
+// temporal SMT, in deterministic mode, one version behind. The frames of
+// each clip are coded by whichever daemons ask, and the owner joins them
+// into triples: the final model, frame tracker included, equals the
+// in-process simulation bit for bit, every frame is learned once, and
+// the output stream holds one output per frame, published by more than
+// one daemon.
+func TestWorkersLearnVideo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a NATS cluster and daemon processes")
+	}
+	const stream = "video-2x48.smtdrec"
+	p := videoWorkerPipeline(config.CodeGQ)
+	p.Name = "wv"
+	p.Batch.Size = 4
+	p.Workers.Merge, p.Workers.Staleness, p.Workers.Precision = 2, 1, 32
+	p.Output.Transport = config.JetStream
+	want := simulateWorkers(t, p, stream)
+
+	c := startCluster(t, p)
+	n := replayFile(t, c.nc, stream, p.Input.Subject)
+	got := finalCheckpoint(t, c.nc, c.js, p.Name, n)
+	if got.ModelVersion != want.version || got.Samples != want.samples {
+		t.Errorf("version %d after %d samples; simulation: %d after %d", got.ModelVersion, got.Samples, want.version, want.samples)
+	}
+	for _, s := range want.sections {
+		if b, err := findSection(got.Sections, s.Name); err != nil || !bytes.Equal(b, s.Data) {
+			t.Errorf("section %s differs from the simulation's", s.Name)
+		}
+	}
+	if c := got.Counters; c.Received != int64(n) || c.Learned != int64(n) || c.Rejected != 0 {
+		t.Errorf("counters %+v: want every one of %d frames received and learned once", c, n)
+	}
+	publishers := outputPublishers(t, c.js, p.OutputStreamName())
+	total := 0
+	for _, k := range publishers {
+		total += k
+	}
+	t.Logf("outputs by daemon: %v", publishers)
+	if total != n || len(publishers) < 2 {
+		t.Errorf("outputs by daemon %v: want one per frame (%d), from more than one daemon", publishers, n)
+	}
+}
+
+// A video worker's contribution carries every frame's stream and index in
+// order, and the f_gq code of every patch, its cosines exact in either
+// precision (they are float32 scores widened) and not softened, which
+// the owner does with its own threshold.
+func TestWorkContributionCarriesFrames(t *testing.T) {
+	p := videoWorkerPipeline(config.CodeGQ)
+	m := newModel(&p, rand.NewPCG(1, 2)).(*imageModel)
+	batch := recordedFrames(t, &p, 16)
+	if _, err := m.learn(batch[:8]); err != nil { // seeds the dictionary
+		t.Fatal(err)
+	}
+	for _, bits := range []int{32, 64} {
+		w := m.snapshot().(*imageModel)
+		enc, _ := w.contribute(batch[8:], rand.NewPCG(1, 9), 1, bits)
+		var c imageContribution
+		if err := c.decode(enc); err != nil {
+			t.Fatalf("%d bits: %v", bits, err)
+		}
+		if len(c.frames) != 8 {
+			t.Fatalf("%d bits: %d frames, want 8", bits, len(c.frames))
+		}
+		for i, s := range batch[8:] {
+			if f := c.frames[i]; f.stream != s.stream || f.index != s.frame {
+				t.Fatalf("%d bits: frame %d is %v, want %s %d", bits, i, f, s.stream, s.frame)
+			}
+		}
+		// The worker's codes, softened for its outputs.
+		got, want := c.sparse, w.codes
+		softened := make([]float64, len(got.Cos))
+		for i, v := range got.Cos {
+			softened[i] = v - p.KMeans.Threshold
+		}
+		if got.Rows != want.Rows || !slices.Equal(got.Ptr, want.Ptr) || !slices.Equal(got.Index, want.Index) || !slices.Equal(softened, want.Cos) {
+			t.Errorf("%d bits: the f_gq codes sent are not the worker's", bits)
+		}
+		if got.Rows != 8*w.patcher.Grid.Len() || len(got.Index) == 0 {
+			t.Errorf("%d bits: %d codes with %d atoms for 8 frames of %d patches", bits, got.Rows, len(got.Index), w.patcher.Grid.Len())
+		}
+	}
+}
