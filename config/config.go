@@ -323,7 +323,8 @@ type Pipeline struct {
 // into one learning step and sends the new model to the workers.
 type Workers struct {
 	// Enabled turns worker mode on. It needs cluster mode, JetStream
-	// input, and an image or video pipeline learning smt. Default false.
+	// input, and an image or video pipeline learning smt, or a text
+	// pipeline with smt.dim > 0. Default false.
 	Enabled bool `yaml:"enabled"`
 	// Merge is the number of minibatches (batch.size messages each)
 	// merged into one learning step, which yields one model version.

@@ -150,7 +150,8 @@ func (c *Config) validateCluster(v *validator) {
 // validateWorkers checks a pipeline's worker mode: the owner and its
 // workers find each other through cluster mode, workers read the input
 // by stream sequence, and the learners that split into contributions and
-// merges are the image and video chain's: whitening, k-means and SMT.
+// merges are the image and video chain's (whitening, k-means and SMT)
+// and the word statistics of text.
 func (c *Config) validateWorkers(v *validator, p *Pipeline, path string) {
 	w := &p.Workers
 	f := func(name string) string { return path + "." + name }
@@ -163,8 +164,13 @@ func (c *Config) validateWorkers(v *validator, p *Pipeline, path string) {
 	}
 	v.check(c.Cluster.Enabled, f("enabled"), "needs cluster.enabled: the owner and its workers are daemons of one cluster")
 	v.check(p.Input.Transport == JetStream, f("enabled"), "needs input.transport jetstream: workers read their minibatches from the stream by sequence")
-	v.check((p.Modality == Image || p.Modality == Video) && p.Learner == LearnerSMT, f("enabled"),
-		"supports image and video pipelines learning smt (modality image or video, learner smt), got modality %s, learner %s", p.Modality, p.Learner)
+	if p.Modality == Text {
+		// Without SMT a message's output is its tokens' vocabulary ids,
+		// which only the owner knows.
+		v.check(p.SMT.Dim > 0, f("enabled"), "on text needs smt.dim > 0 (word embeddings): without, the outputs are vocabulary ids only the owner knows")
+		return
+	}
+	v.check(p.Learner == LearnerSMT, f("enabled"), "supports image and video pipelines learning smt and text, got learner %s", p.Learner)
 }
 
 var token = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)

@@ -727,7 +727,7 @@ func (m *imageModel) workerSections() ([]Section, error) {
 
 // withWorkerSections returns a snapshot of m whose stages are read from
 // secs (workerSections of the owner's model).
-func (m *imageModel) withWorkerSections(secs []Section) (*imageModel, error) {
+func (m *imageModel) withWorkerSections(secs []Section) (workModel, error) {
 	s := m.snapshot().(*imageModel)
 	for _, p := range workerParts(s) {
 		b, err := findSection(secs, p.name)

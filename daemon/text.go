@@ -41,6 +41,10 @@ type textModel struct {
 
 	ids, lengths, msgIDs []int // workspaces
 
+	// The owner's limits on the tokens of a worker's contribution (its
+	// text.max_tokens and text.max_token_bytes), as decode applies them.
+	maxTokens, maxTokenBytes int
+
 	tokens int64 // in snapshots: the statistics' tokens and stored pairs
 	pairs  int
 }
@@ -65,6 +69,7 @@ func newTextModel(p *config.Pipeline, src rand.Source) *textModel {
 }
 
 func (m *textModel) tune(p *config.Pipeline) {
+	m.maxTokens, m.maxTokenBytes = p.Text.MaxTokens, p.Text.MaxTokenBytes
 	if m.stats == nil {
 		return
 	}
@@ -138,18 +143,28 @@ func (m *textModel) learn(batch []sample) ([]output, error) {
 		}
 		return out, nil
 	}
-	m.ids, m.lengths = m.ids[:0], m.lengths[:0]
-	for _, s := range batch {
-		m.msgIDs = m.stats.AssignIDs(m.msgIDs, m.vocab, s.tokens)
-		m.ids = append(m.ids, m.msgIDs...)
-		m.lengths = append(m.lengths, len(s.tokens))
+	msgs := make([][]string, len(batch))
+	for i, s := range batch {
+		msgs[i] = s.tokens
 	}
-	m.stats.Add(m.ids, m.lengths)
+	m.addMessages(msgs)
 	var err error
 	if m.sinceSolve++; m.sinceSolve >= m.solveEvery {
 		err = m.solve()
 	}
 	return m.encode(batch), err
+}
+
+// addMessages adds the tokens of a minibatch's messages to the vocabulary
+// and their co-occurrences to the statistics.
+func (m *textModel) addMessages(msgs [][]string) {
+	m.ids, m.lengths = m.ids[:0], m.lengths[:0]
+	for _, tokens := range msgs {
+		m.msgIDs = m.stats.AssignIDs(m.msgIDs, m.vocab, tokens)
+		m.ids = append(m.ids, m.msgIDs...)
+		m.lengths = append(m.lengths, len(tokens))
+	}
+	m.stats.Add(m.ids, m.lengths)
 }
 
 // solve replaces the embeddings by the closed-form solution of the
@@ -340,12 +355,7 @@ const vocabularyChunkWords = 256
 // vocabularyChunks splits the embedded words of a solve, in slot order,
 // into the messages of one publication.
 func (sv *wordSolve) vocabularyChunks(pipeline string, version uint64) []vocabularyChunk {
-	var ids []int
-	for id := range sv.vectors.Len() {
-		if sv.vectors.Used(id) && id < sv.vocab.Slots() && sv.vocab.Word(id) != "" {
-			ids = append(ids, id)
-		}
-	}
+	ids := sv.embedded()
 	n := (len(ids) + vocabularyChunkWords - 1) / vocabularyChunkWords
 	chunks := make([]vocabularyChunk, n)
 	for c := range chunks {
@@ -358,6 +368,17 @@ func (sv *wordSolve) vocabularyChunks(pipeline string, version uint64) []vocabul
 		chunks[c] = ch
 	}
 	return chunks
+}
+
+// embedded returns the slots of the words the solve embeds, in order.
+func (sv *wordSolve) embedded() []int {
+	var ids []int
+	for id := range sv.vectors.Len() {
+		if sv.vectors.Used(id) && id < sv.vocab.Slots() && sv.vocab.Word(id) != "" {
+			ids = append(ids, id)
+		}
+	}
+	return ids
 }
 
 func float32s(v []float64) []float32 {

@@ -89,44 +89,16 @@ func TestWorkVideoMatchesOneDaemon(t *testing.T) {
 // temporal SMT, in deterministic mode, one version behind. The frames of
 // each clip are coded by whichever daemons ask, and the owner joins them
 // into triples: the final model, frame tracker included, equals the
-// in-process simulation bit for bit, every frame is learned once, and
-// the output stream holds one output per frame, published by more than
-// one daemon.
+// in-process simulation bit for bit (workersMatchSimulation).
 func TestWorkersLearnVideo(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a NATS cluster and daemon processes")
 	}
-	const stream = "video-2x48.smtdrec"
 	p := videoWorkerPipeline(config.CodeGQ)
 	p.Name = "wv"
 	p.Batch.Size = 4
 	p.Workers.Merge, p.Workers.Staleness, p.Workers.Precision = 2, 1, 32
-	p.Output.Transport = config.JetStream
-	want := simulateWorkers(t, p, stream)
-
-	c := startCluster(t, p)
-	n := replayFile(t, c.nc, stream, p.Input.Subject)
-	got := finalCheckpoint(t, c.nc, c.js, p.Name, n)
-	if got.ModelVersion != want.version || got.Samples != want.samples {
-		t.Errorf("version %d after %d samples; simulation: %d after %d", got.ModelVersion, got.Samples, want.version, want.samples)
-	}
-	for _, s := range want.sections {
-		if b, err := findSection(got.Sections, s.Name); err != nil || !bytes.Equal(b, s.Data) {
-			t.Errorf("section %s differs from the simulation's", s.Name)
-		}
-	}
-	if c := got.Counters; c.Received != int64(n) || c.Learned != int64(n) || c.Rejected != 0 {
-		t.Errorf("counters %+v: want every one of %d frames received and learned once", c, n)
-	}
-	publishers := outputPublishers(t, c.js, p.OutputStreamName())
-	total := 0
-	for _, k := range publishers {
-		total += k
-	}
-	t.Logf("outputs by daemon: %v", publishers)
-	if total != n || len(publishers) < 2 {
-		t.Errorf("outputs by daemon %v: want one per frame (%d), from more than one daemon", publishers, n)
-	}
+	workersMatchSimulation(t, p, "video-2x48.smtdrec")
 }
 
 // A video worker's contribution carries every frame's stream and index in

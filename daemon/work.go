@@ -69,6 +69,35 @@ const (
 	workIdle = 250 * time.Millisecond
 )
 
+// workModel is a model whose learning splits, in worker mode, into the
+// workers' contributions and the owner's merge of them: the image and
+// video chain (image_work.go) and the word statistics (text_work.go).
+type workModel interface {
+	model
+	// workerSections returns a model version: what a worker needs of the
+	// model to code and embed.
+	workerSections() ([]Section, error)
+	// withWorkerSections returns a snapshot of the model whose state is
+	// read from secs, a version of the owner's.
+	withWorkerSections(secs []Section) (workModel, error)
+	// contribute codes a minibatch with the model, which it does not
+	// change, and returns its contribution, encoded, and its outputs. The
+	// randomness it needs comes from src; ahead is how many versions past
+	// this one the contribution may be applied, precision the width of
+	// the floats it sends (config.Workers.Precision).
+	contribute(batch []sample, src rand.Source, ahead, precision int) ([]byte, []output)
+	// applyContributions takes one learning step from the encoded
+	// contributions of a step's minibatches, in order. A contribution
+	// that does not decode or does not fit the model is refused (an error
+	// wrapping errRefused) before anything changes.
+	applyContributions(enc [][]byte) error
+}
+
+var (
+	_ workModel = (*imageModel)(nil)
+	_ workModel = (*textModel)(nil)
+)
+
 // workSubject is <prefix>.work.<pipeline>.<what>.
 func (d *Daemon) workSubject(pipeline, what string) string {
 	return d.cfg.Subject("work." + pipeline + "." + what)
@@ -552,13 +581,13 @@ func (o *workOwner) apply(ctx context.Context, s *workStep) {
 	}
 	if len(enc) > 0 {
 		pl.giveWayToQueries()
-		m := pl.model.(*imageModel)
-		err := m.applyContributions(enc)
+		err := pl.model.(workModel).applyContributions(enc)
 		if pl.settle(err, images, s.last.seq) {
 			o.publishModel()
+			pl.publishVocabulary()
 		}
-		switch {
-		case m.tookSeeds:
+		switch m, _ := pl.model.(*imageModel); {
+		case m != nil && m.tookSeeds:
 			// The first steps' contributions carry every row of their
 			// minibatches, hundreds of MB at a batch.size in the
 			// hundreds. Return them to the system now: else the
@@ -593,7 +622,7 @@ func (o *workOwner) apply(ctx context.Context, s *workStep) {
 // those that ask again.
 func (o *workOwner) publishModel() {
 	pl := o.pl
-	secs, err := pl.model.(*imageModel).workerSections()
+	secs, err := pl.model.(workModel).workerSections()
 	if err != nil {
 		pl.log.Error().Err(err).Msg("worker mode: encoding the model")
 		return
@@ -850,7 +879,7 @@ func parseChunk(s string) (i, n int, ok bool) {
 type worker struct {
 	d    *Daemon
 	pl   *pipeline // the worker's own: config, counters, output publishing
-	base *imageModel
+	base workModel
 	self string
 
 	// workspace is the coding workspace of every version held: only
@@ -872,14 +901,14 @@ type workVersion struct{ epoch, version uint64 }
 // version never pays for decoding it).
 type heldVersion struct {
 	secs  []Section
-	model *imageModel
+	model workModel
 }
 
 // runWorker works for the owner of main, with pl (a pipeline of its own)
 // until ctx is done. While this daemon owns main and workers.on_owner is
 // false, it does not ask for tasks.
 func (d *Daemon) runWorker(ctx context.Context, pl, main *pipeline) {
-	w := &worker{d: d, pl: pl, base: pl.model.(*imageModel), versions: map[workVersion]*heldVersion{}, arrived: make(chan struct{})}
+	w := &worker{d: d, pl: pl, base: pl.model.(workModel), versions: map[workVersion]*heldVersion{}, arrived: make(chan struct{})}
 	w.self = d.cluster.self.Name
 	defer w.asks.Wait() // ctx is done: they return
 	var asm assembly
@@ -970,7 +999,7 @@ func (w *worker) store(m *nats.Msg) {
 // model returns the model version a task is to be coded with: exactly
 // its version in deterministic mode, otherwise the newest held that is
 // not older. It asks the owner when it has none.
-func (w *worker) model(ctx context.Context, t *workTask) (*imageModel, uint64, error) {
+func (w *worker) model(ctx context.Context, t *workTask) (workModel, uint64, error) {
 	deadline := time.Now().Add(w.pl.cfg.Workers.TaskTimeout)
 	asked := false
 	for {
@@ -997,14 +1026,7 @@ func (w *worker) model(ctx context.Context, t *workTask) (*imageModel, uint64, e
 					w.mu.Unlock()
 					return nil, 0, fmt.Errorf("smtd: model version %d does not decode: %w", bestV, err)
 				}
-				if w.workspace == nil {
-					w.workspace = m.imageWork
-				} else {
-					// The patch settings of the worker's config as it is now.
-					p := &w.workspace.patcher
-					p.Grid, p.Mean, p.Context = m.patcher.Grid, m.patcher.Mean, m.patcher.Context
-					m.imageWork = w.workspace
-				}
+				w.shareWorkspace(m)
 				best.model, best.secs = m, nil
 			}
 			return best.model, bestV, nil
@@ -1023,6 +1045,22 @@ func (w *worker) model(ctx context.Context, t *workTask) (*imageModel, uint64, e
 		case <-time.After(time.Second):
 			asked = false
 		}
+	}
+}
+
+// shareWorkspace makes an image model version code in the worker's
+// workspace.
+func (w *worker) shareWorkspace(m workModel) {
+	im, ok := m.(*imageModel)
+	switch {
+	case !ok:
+	case w.workspace == nil:
+		w.workspace = im.imageWork
+	default:
+		// The patch settings of the worker's config as it is now.
+		p := &w.workspace.patcher
+		p.Grid, p.Mean, p.Context = im.patcher.Grid, im.patcher.Mean, im.patcher.Context
+		im.imageWork = w.workspace
 	}
 }
 

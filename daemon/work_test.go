@@ -48,9 +48,8 @@ func simulateWorkers(t testing.TB, p config.Pipeline, stream string) simulation 
 	t.Helper()
 	msgs := readStream(t, stream)
 	src := rand.NewPCG(p.Seed, 0x736d7464)
-	owner := newModel(&p, src).(*imageModel)
-	owner.tune(&p)
-	versions := map[uint64]*imageModel{}
+	owner := newModel(&p, src).(workModel)
+	versions := map[uint64]workModel{}
 	keep := func(v uint64) {
 		secs, err := owner.workerSections()
 		if err != nil {
@@ -171,6 +170,41 @@ func TestWorkersMatchSimulation(t *testing.T) {
 		t.Errorf("outputs published by %v: want the work shared by more than one daemon", publishers)
 	}
 	t.Logf("outputs by daemon: %v", publishers)
+}
+
+// workersMatchSimulation replays a recorded stream into three daemon
+// processes on a 3-node NATS cluster sharing pipeline p in worker mode
+// (deterministic) and checks that the final model equals, bit for bit,
+// the in-process simulation of the schedule, that every message is
+// learned once, and that the output stream holds one output per input,
+// published by more than one daemon.
+func workersMatchSimulation(t *testing.T, p config.Pipeline, stream string) {
+	t.Helper()
+	p.Output.Transport = config.JetStream
+	want := simulateWorkers(t, p, stream)
+	c := startCluster(t, p)
+	n := replayFile(t, c.nc, stream, p.Input.Subject)
+	got := finalCheckpoint(t, c.nc, c.js, p.Name, n)
+	if got.ModelVersion != want.version || got.Samples != want.samples {
+		t.Errorf("version %d after %d samples; simulation: %d after %d", got.ModelVersion, got.Samples, want.version, want.samples)
+	}
+	for _, s := range want.sections {
+		if b, err := findSection(got.Sections, s.Name); err != nil || !bytes.Equal(b, s.Data) {
+			t.Errorf("section %s differs from the simulation's", s.Name)
+		}
+	}
+	if c := got.Counters; c.Received != int64(n) || c.Learned != int64(n) || c.Rejected != 0 {
+		t.Errorf("counters %+v: want every one of %d messages received and learned once", c, n)
+	}
+	publishers := outputPublishers(t, c.js, p.OutputStreamName())
+	total := 0
+	for _, k := range publishers {
+		total += k
+	}
+	t.Logf("outputs by daemon: %v", publishers)
+	if total != n || len(publishers) < 2 {
+		t.Errorf("outputs by daemon %v: want one per input (%d), from more than one daemon", publishers, n)
+	}
 }
 
 // outputPublishers counts the messages of an output stream by the daemon
@@ -343,10 +377,11 @@ func TestWorkerVersionCarriesTheOwnersSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := worker.withWorkerSections(secs)
+	version, err := worker.withWorkerSections(secs)
 	if err != nil {
 		t.Fatal(err)
 	}
+	got := version.(*imageModel)
 	if got.minNorm != tuned.Patches.MinNorm || worker.minNorm != p.Patches.MinNorm {
 		t.Errorf("min_norm: version %v, worker %v; want %v and %v", got.minNorm, worker.minNorm, tuned.Patches.MinNorm, p.Patches.MinNorm)
 	}
@@ -532,45 +567,55 @@ func TestWorkContributionMalformed(t *testing.T) {
 			if tc.batch == nil {
 				tc.batch = recordedFrames(t, &p, 8)
 			}
-			m := newModel(&p, rand.NewPCG(1, 2)).(*imageModel)
-			enc, _ := m.snapshot().(*imageModel).contribute(tc.batch, rand.NewPCG(1, 1), 1, p.Workers.Precision)
-			before, err := m.sections()
-			if err != nil {
-				t.Fatal(err)
-			}
-			r := rand.New(rand.NewPCG(3, 4))
-			for i := 0; i < 300; i++ {
-				bad := append([]byte(nil), enc...)
-				switch i % 3 {
-				case 0:
-					bad = bad[:r.IntN(len(bad))]
-				case 1:
-					bad[r.IntN(len(bad))] ^= byte(1 + r.IntN(255))
-				default:
-					bad = append(bad, byte(r.IntN(256)))
-				}
-				if err := m.applyContributions([][]byte{bad}); err == nil {
-					if i%3 != 1 {
-						t.Fatalf("case %d: a malformed contribution was applied", i)
-					}
-					// A flipped byte inside a float or a stream's name is
-					// still a contribution.
-					m = newModel(&p, rand.NewPCG(1, 2)).(*imageModel)
-				}
-			}
-			after, err := m.sections()
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i := range before {
-				if !bytes.Equal(before[i].Data, after[i].Data) {
-					t.Errorf("section %s changed by refused contributions", before[i].Name)
-				}
-			}
-			if err := m.applyContributions([][]byte{enc}); err != nil {
-				t.Errorf("the contribution itself: %v", err)
-			}
+			owner := func() workModel { return newModel(&p, rand.NewPCG(1, 2)).(workModel) }
+			enc, _ := owner().snapshot().(*imageModel).contribute(tc.batch, rand.NewPCG(1, 1), 1, p.Workers.Precision)
+			refusesCorrupted(t, owner, enc)
 		})
+	}
+}
+
+// refusesCorrupted applies 300 corrupted copies of contribution enc (in
+// turn cut short, a byte flipped, a byte appended) to a model newOwner
+// makes, and checks that each is refused with the model unchanged; a
+// flipped byte inside a float or a name may still make a contribution,
+// after which the model is made again. The contribution itself is then
+// applied.
+func refusesCorrupted(t *testing.T, newOwner func() workModel, enc []byte) {
+	t.Helper()
+	m := newOwner()
+	before, err := m.sections()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	for i := 0; i < 300; i++ {
+		bad := append([]byte(nil), enc...)
+		switch i % 3 {
+		case 0:
+			bad = bad[:r.IntN(len(bad))]
+		case 1:
+			bad[r.IntN(len(bad))] ^= byte(1 + r.IntN(255))
+		default:
+			bad = append(bad, byte(r.IntN(256)))
+		}
+		if err := m.applyContributions([][]byte{bad}); err == nil {
+			if i%3 != 1 {
+				t.Fatalf("case %d: a malformed contribution was applied", i)
+			}
+			m = newOwner()
+		}
+	}
+	after, err := m.sections()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range before {
+		if !bytes.Equal(before[i].Data, after[i].Data) {
+			t.Errorf("section %s changed by refused contributions", before[i].Name)
+		}
+	}
+	if err := m.applyContributions([][]byte{enc}); err != nil {
+		t.Errorf("the contribution itself: %v", err)
 	}
 }
 
@@ -678,10 +723,11 @@ func TestWorkerVersionsShareAWorkspace(t *testing.T) {
 	var held [2]*imageModel
 	for v := range secs {
 		w.versions[workVersion{0, uint64(v)}] = &heldVersion{secs: secs[v]}
-		var err error
-		if held[v], _, err = w.model(context.Background(), &workTask{Version: uint64(v), Exact: true}); err != nil {
+		m, _, err := w.model(context.Background(), &workTask{Version: uint64(v), Exact: true})
+		if err != nil {
 			t.Fatal(err)
 		}
+		held[v] = m.(*imageModel)
 	}
 	if held[0].imageWork != held[1].imageWork {
 		t.Error("the versions held have workspaces of their own")
