@@ -564,9 +564,10 @@ func (ws *WordStats) rehash(n int) {
 	}
 }
 
-// grow doubles the table: in place if its array has the room (the
-// slots beyond its length are still zero: nothing writes there), else by
-// rehash. A fresh page costs a fault when first touched, about 13 µs a
+// grow doubles the table in place: in its array if it has the room (the
+// slots beyond its length are still zero: nothing writes there), else in
+// a new array with room for the next doubling too, the old table copied
+// to its start. A fresh page costs a fault when first touched, about 13 µs a
 // 4 KiB page on the benchmark machine of BENCHMARKS.md; on the Brown
 // corpus the tables of 1,024 to 2,097,152 slots add up to 96 MiB when
 // each doubling moves into a new array, and to 55 MiB when two of three
@@ -579,12 +580,15 @@ func (ws *WordStats) rehash(n int) {
 // whose probe would wrap around to the unmoved part) waits and is
 // inserted last, with the table complete. Every pair so ends at or after
 // its home with no empty slot between, what find needs. The layout is
-// not rehash's, but a function of the old one: deterministic.
+// not rehash's, but a function of the old one only, whatever the array's
+// capacity, which a restored table does not share with the one stored:
+// both grow into the same bytes.
 func (ws *WordStats) grow() {
 	n := len(ws.tab)
 	if cap(ws.tab) < 2*n {
-		ws.rehash(2 * n)
-		return
+		t := make([]wordPair, n, min(8*n, max(2*n, ws.s.maxSlots())))
+		copy(t, ws.tab)
+		ws.tab = t
 	}
 	ws.tab = ws.tab[:2*n]
 	ws.bits++

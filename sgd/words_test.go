@@ -382,6 +382,41 @@ func TestWordStatsPanics(t *testing.T) {
 	}
 }
 
+// A table restored at any size grows into the same bytes as the one
+// that was never stored, though its array has another capacity: a
+// restart from a checkpoint resumes exactly while the table grows.
+func TestWordStatsRestoredGrowsAlike(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	s := sgd.WordSettings{Words: 3000, Window: 4, MaxPairs: 1 << 20}
+	st := sgd.NewWordStats(s)
+	var restored []*sgd.WordStats
+	for range 60 {
+		ids, lengths := randomSentences(rng, 3000, 100)
+		st.Add(ids, lengths)
+		for _, r := range restored {
+			r.Add(ids, lengths)
+		}
+		data, err := st.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := sgd.NewWordStats(s)
+		if err := r.UnmarshalBinary(data); err != nil {
+			t.Fatal(err)
+		}
+		restored = append(restored, r)
+	}
+	if st.StoredPairs() < 20000 {
+		t.Fatalf("%d pairs stored: the test wants a table that grew from 1024 slots", st.StoredPairs())
+	}
+	want, _ := st.MarshalBinary()
+	for i, r := range restored {
+		if b, _ := r.MarshalBinary(); !slices.Equal(b, want) {
+			t.Errorf("restored after minibatch %d: state differs after the same minibatches", i+1)
+		}
+	}
+}
+
 func TestWordStatsMarshal(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	s := sgd.WordSettings{Words: 30, Window: 2, MaxPairs: 40, Memory: 500}
