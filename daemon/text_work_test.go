@@ -57,16 +57,18 @@ func TestWorkTextMatchesOneDaemon(t *testing.T) {
 
 // Worker mode on text: three daemon processes on a 3-node NATS cluster
 // share the learning of 2000 recorded Brown sentences in deterministic
-// mode, one version behind; the final vocabulary, word statistics and
-// embeddings equal the in-process simulation's bit for bit
-// (workersMatchSimulation). The embeddings are solved at every step,
-// as the daemons checkpoint every 100 messages, and a checkpoint solves
-// first (textModel.flush), which the simulation does not.
+// mode, one version behind, in steps of two minibatches of 100; the
+// final vocabulary, word statistics and embeddings equal the in-process
+// simulation's bit for bit (workersMatchSimulation). The embeddings are
+// solved at every step, as the daemons checkpoint every 100 messages,
+// and a checkpoint solves first (textModel.flush), which the simulation
+// does not.
 func TestWorkersLearnText(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a NATS cluster and daemon processes")
 	}
 	p := textWorkerPipeline("wt")
+	p.Batch.Size = 100
 	p.SMT.SolveEvery = p.Workers.Merge
 	workersMatchSimulation(t, p, "brown-2000.smtdrec")
 }
@@ -120,7 +122,7 @@ func TestWorkTextContributionMalformed(t *testing.T) {
 	p := textWorkerPipeline("words")
 	batch := recordedSamples(t, &p, "brown-2000.smtdrec", 20)
 	enc, _ := newModel(&p, rand.NewPCG(1, 2)).(*textModel).contribute(batch, nil, 0, 32)
-	refusesCorrupted(t, func() workModel { return newModel(&p, rand.NewPCG(1, 2)).(workModel) }, enc)
+	refusesCorrupted(t, func() workModel { return newModel(&p, rand.NewPCG(1, 2)).(workModel) }, enc, 300)
 	long := p
 	long.Text.MaxTokenBytes = 3
 	strict := newModel(&long, rand.NewPCG(1, 2)).(*textModel)

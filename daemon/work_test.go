@@ -556,11 +556,12 @@ func TestWorkContributionMalformed(t *testing.T) {
 		name  string
 		p     config.Pipeline
 		batch []sample
+		cases int
 	}{
-		{"images", digits, recordedBatch(t, &digits, 8)},
-		{"images gq", digitsGQ, recordedBatch(t, &digitsGQ, 8)},
-		{"video vq", videoWorkerPipeline(config.CodeVQ), nil},
-		{"video gq", videoWorkerPipeline(config.CodeGQ), nil},
+		{"images", digits, recordedBatch(t, &digits, 8), 300},
+		{"images gq", digitsGQ, recordedBatch(t, &digitsGQ, 8), 90},
+		{"video vq", videoWorkerPipeline(config.CodeVQ), nil, 90},
+		{"video gq", videoWorkerPipeline(config.CodeGQ), nil, 90},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := tc.p
@@ -569,18 +570,18 @@ func TestWorkContributionMalformed(t *testing.T) {
 			}
 			owner := func() workModel { return newModel(&p, rand.NewPCG(1, 2)).(workModel) }
 			enc, _ := owner().snapshot().(*imageModel).contribute(tc.batch, rand.NewPCG(1, 1), 1, p.Workers.Precision)
-			refusesCorrupted(t, owner, enc)
+			refusesCorrupted(t, owner, enc, tc.cases)
 		})
 	}
 }
 
-// refusesCorrupted applies 300 corrupted copies of contribution enc (in
+// refusesCorrupted applies n corrupted copies of contribution enc (in
 // turn cut short, a byte flipped, a byte appended) to a model newOwner
 // makes, and checks that each is refused with the model unchanged; a
 // flipped byte inside a float or a name may still make a contribution,
 // after which the model is made again. The contribution itself is then
 // applied.
-func refusesCorrupted(t *testing.T, newOwner func() workModel, enc []byte) {
+func refusesCorrupted(t *testing.T, newOwner func() workModel, enc []byte, n int) {
 	t.Helper()
 	m := newOwner()
 	before, err := m.sections()
@@ -588,7 +589,7 @@ func refusesCorrupted(t *testing.T, newOwner func() workModel, enc []byte) {
 		t.Fatal(err)
 	}
 	r := rand.New(rand.NewPCG(3, 4))
-	for i := 0; i < 300; i++ {
+	for i := range n {
 		bad := append([]byte(nil), enc...)
 		switch i % 3 {
 		case 0:
