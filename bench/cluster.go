@@ -42,6 +42,18 @@ import (
 //   - cluster_workers_per_owner: how many workers, each as busy as one
 //     core, one owner core can merge for: the workers' CPU per image over
 //     the owner's;
+//   - then, the daemons left idle for -idle while the status is polled
+//     as during the run, cluster_owner_idle_cpu_fraction and
+//     cluster_workers_idle_cpu_fraction (a worker's): the CPU a daemon
+//     spends per second whatever it learns (lease and membership
+//     renewals, the Go runtime, the bench's status requests);
+//     cluster_owner_marginal_cpu_seconds_per_1000_images and
+//     cluster_workers_marginal_cpu_seconds_per_1000_images, the CPU per
+//     image beyond it; and cluster_workers_per_owner_at_saturation, the
+//     workers one owner core feeds when each of them codes as fast as
+//     its core allows, (1 − idle_o)/marginal_o over (1 − idle_w)/marginal_w.
+//     A run with few workers spreads the idle cost over few images, which
+//     cluster_workers_per_owner charges to every image;
 //   - cluster_owner_page_faults_per_1000_images: the owner's minor page
 //     faults (from /proc), memory it touched fresh, which costs the
 //     kernel's time on this kind of virtual machine, and
@@ -70,13 +82,14 @@ func Cluster(ctx context.Context, w io.Writer, args []string) error {
 	accuracy := fs.Bool("accuracy", false, "also compare quick-MNIST accuracy: one daemon, 2 and 3 workers")
 	accTrain := fs.Int("accuracy-train", 5000, "-accuracy: training images (two passes)")
 	accTest := fs.Int("accuracy-test", 1000, "-accuracy: test images")
+	idle := fs.Duration("idle", 10*time.Second, "how long the daemons are left idle after the timed run, to measure what they spend per second whatever they learn")
 	maxPayload := fs.Int("max-payload", 0, "the NATS server's max_payload in `bytes` (0: its default, 1 MiB); a contribution or model larger than it travels in chunks")
 	keep := fs.Bool("keep", false, "keep the temporary directory (configs, stores, daemon logs)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *maxWorkers < 0 || *nTrain < 1 || *warmup < 0 || *maxPayload < 0 || (*precision != 32 && *precision != 64) {
-		return errors.New("bench cluster: -train must be positive, -workers, -warmup and -max-payload not negative, -precision 32 or 64")
+	if *maxWorkers < 0 || *nTrain < 1 || *warmup < 0 || *maxPayload < 0 || (*precision != 32 && *precision != 64) || *idle < time.Second {
+		return errors.New("bench cluster: -train must be positive, -workers, -warmup and -max-payload not negative, -precision 32 or 64, -idle at least 1s")
 	}
 	train, err := dataset.ReadMNIST(*dir, "train")
 	if err != nil {
@@ -97,7 +110,7 @@ func Cluster(ctx context.Context, w io.Writer, args []string) error {
 	var last *workerRun
 	timed := min(*nTrain, train.N-*warmup)
 	for n := 1; n <= *maxWorkers; n++ {
-		r := &workerRun{root: filepath.Join(root, fmt.Sprintf("w%d", n)), workers: n, p: p, maxPayload: int32(*maxPayload)}
+		r := &workerRun{root: filepath.Join(root, fmt.Sprintf("w%d", n)), workers: n, p: p, maxPayload: int32(*maxPayload), idleFor: *idle}
 		secs, err := r.throughput(ctx, train, *warmup, timed)
 		r.stop()
 		if err != nil {
@@ -133,6 +146,13 @@ func (r *workerRun) report(w io.Writer, n int) {
 	fmt.Fprintf(w, "cluster_owner_page_faults_per_1000_images: %.0f\n", r.ownerFaults*per)
 	fmt.Fprintf(w, "cluster_owner_rss_mib: %.0f\n", r.ownerRSS)
 	fmt.Fprintf(w, "cluster_worker_rss_mib: %.0f\n", r.workerRSS)
+	owner := (r.ownerCPU - r.ownerIdle*r.secs) * per
+	workers := (r.workersCPU - r.workerIdle*float64(r.workers)*r.secs) * per
+	fmt.Fprintf(w, "cluster_owner_idle_cpu_fraction: %.4f\n", r.ownerIdle)
+	fmt.Fprintf(w, "cluster_workers_idle_cpu_fraction: %.4f\n", r.workerIdle)
+	fmt.Fprintf(w, "cluster_owner_marginal_cpu_seconds_per_1000_images: %.3f\n", owner)
+	fmt.Fprintf(w, "cluster_workers_marginal_cpu_seconds_per_1000_images: %.3f\n", workers)
+	fmt.Fprintf(w, "cluster_workers_per_owner_at_saturation: %.1f\n", (1-r.ownerIdle)/owner/((1-r.workerIdle)/workers))
 }
 
 // mnistPipeline is the image pipeline of the MNIST benchmarks with K
@@ -161,8 +181,13 @@ type workerRun struct {
 	faults0    float64 // the owner's minor page faults when learn started
 	sent       int     // images published so far
 
-	ownerCPU, workersCPU     float64
-	ownerFaults, ownerRSS    float64 // in the timed window; MiB at its end
+	secs                  float64 // the timed window
+	ownerCPU, workersCPU  float64
+	ownerFaults, ownerRSS float64 // in the timed window; MiB at its end
+	// idleFor is how long idle measures; ownerIdle and workerIdle are
+	// the CPU the owner and a worker spend per second when idle.
+	idleFor                  time.Duration
+	ownerIdle, workerIdle    float64
 	workerRSS                float64 // the largest worker's, MiB, at the end
 	ownerBytes, workersBytes int64
 }
@@ -228,7 +253,48 @@ func (r *workerRun) throughput(ctx context.Context, train *dataset.Images, warmu
 	if err != nil {
 		return 0, err
 	}
-	return secs, r.measure()
+	r.secs = secs
+	if err := r.measure(); err != nil {
+		return 0, err
+	}
+	return secs, r.idle(ctx)
+}
+
+// statusEvery is how often the bench asks for the status while it waits
+// for the images to be applied (and while the daemons are idle): its
+// requests cost the daemons CPU too, so not more often than the end of a
+// run of tens of seconds needs.
+const statusEvery = 100 * time.Millisecond
+
+// idle measures the CPU each daemon spends per second over r.idleFor with
+// no input, while the status is polled as learn polls it.
+func (r *workerRun) idle(ctx context.Context) error {
+	nc, _, err := r.nats.Connect()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	cpu0 := map[string]float64{}
+	for name, c := range r.procs {
+		cpu0[name] = cpuSeconds(c.cmd.Process.Pid)
+	}
+	start := time.Now()
+	if err := pollEvery(ctx, statusEvery, 2*r.idleFor, "the idle window", func() bool {
+		requestStatus(nc, config.Default().Subject("status"), time.Second)
+		return time.Since(start) >= r.idleFor
+	}); err != nil {
+		return err
+	}
+	secs := time.Since(start).Seconds()
+	for name, c := range r.procs {
+		s := (cpuSeconds(c.cmd.Process.Pid) - cpu0[name]) / secs
+		if name == "d0" {
+			r.ownerIdle = s
+		} else {
+			r.workerIdle += s / float64(r.workers)
+		}
+	}
+	return nil
 }
 
 // learn publishes images from..from+n−1 passes times and returns the
@@ -260,7 +326,7 @@ func (r *workerRun) learn(ctx context.Context, train *dataset.Images, from, n, p
 	}
 	<-js.PublishAsyncComplete()
 	r.sent += passes * n
-	err = pollUntil(ctx, time.Hour, "every image applied", func() bool {
+	err = pollEvery(ctx, statusEvery, time.Hour, "every image applied", func() bool {
 		st, err := requestStatus(nc, config.Default().Subject("status"), time.Second)
 		return err == nil && st.Pipelines[0].LastSeq >= uint64(r.sent)
 	})

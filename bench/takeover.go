@@ -249,12 +249,17 @@ func Takeover(ctx context.Context, w io.Writer, args []string) error {
 // pollUntil polls cond every 20 ms until it holds, ctx is done or timeout
 // passes.
 func pollUntil(ctx context.Context, timeout time.Duration, what string, cond func() bool) error {
+	return pollEvery(ctx, 20*time.Millisecond, timeout, what, cond)
+}
+
+// pollEvery is pollUntil checking cond every interval.
+func pollEvery(ctx context.Context, interval, timeout time.Duration, what string, cond func() bool) error {
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("bench: timed out after %v waiting for %s", timeout, what)
 		}
-		if err := wait(ctx, 20*time.Millisecond); err != nil {
+		if err := wait(ctx, interval); err != nil {
 			return err
 		}
 	}

@@ -388,9 +388,14 @@ func (o *workOwner) canRead() bool {
 // task of the open step (a new one if there is none).
 func (o *workOwner) read(ctx context.Context) {
 	pl := o.pl
+	// With tasks out, their contributions are taken between short
+	// fetches. With none, only requests can come: the fetch may wait
+	// until the oldest parked one must be answered (a fetch returns as
+	// soon as a message arrives), rather than poll the server 200 times
+	// a second while the input is quiet.
 	wait := workPoll
-	if len(o.parked) == 0 && len(o.steps) == 0 {
-		wait = pl.cfg.Batch.Timeout
+	if len(o.steps) == 0 {
+		wait = min(pl.cfg.Batch.Timeout, o.idleFor(time.Now()))
 	}
 	det := pl.cfg.Deterministic
 	msgs, err := pl.in.next(ctx, pl.cfg.Batch.Size, wait, det)
