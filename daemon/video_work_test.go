@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"bytes"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -26,61 +25,13 @@ func videoWorkerPipeline(code string) config.Pipeline {
 }
 
 // TestWorkVideoMatchesOneDaemon checks that worker mode learns video as
-// one daemon does: with one minibatch a step, coded with the newest
-// model (τ = 0) and sent exactly, the owner that applies the workers'
-// contributions ends with the model, bit for bit, of a single daemon
-// that learned the same minibatches, its frame tracker and temporal
-// SMT statistics included. Both start from the dictionary seeded by the
-// first minibatch (workers code the seeding step with a dictionary of
-// their own, see seedLocally). With f_vq codes a worker's code is the
-// one a single daemon's learning step assigns, before it moves the
-// atoms.
+// one daemon does (workMatchesOneDaemon), its frame tracker and
+// temporal SMT statistics included.
 func TestWorkVideoMatchesOneDaemon(t *testing.T) {
 	p := videoWorkerPipeline(config.CodeVQ)
-	frames := recordedFrames(t, &p, 96)
-	var batches [][]sample
-	for b := range slices.Chunk(frames, p.Batch.Size) {
-		batches = append(batches, b)
-	}
-	var one, owner *imageModel
-	for _, m := range []**imageModel{&one, &owner} {
-		*m = newModel(&p, rand.NewPCG(p.Seed, 1)).(*imageModel)
-		if _, err := (*m).learn(batches[0]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i, batch := range batches[1:] {
-		secs, err := owner.workerSections()
-		if err != nil {
-			t.Fatal(err)
-		}
-		worker, err := owner.withWorkerSections(secs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		enc, _ := worker.contribute(batch, rand.NewPCG(p.Seed, batch[0].seq), 1, 64)
-		if err := owner.applyContributions([][]byte{enc}); err != nil {
-			t.Fatalf("step %d: %v", i+1, err)
-		}
-		if _, err := one.learn(batch); err != nil {
-			t.Fatal(err)
-		}
-	}
+	owner := workMatchesOneDaemon(t, p, recordedFrames(t, &p, 96))
 	if c := owner.frames.counts(); c.Streams != 2 || c.Gaps != 0 || c.Late != 0 {
 		t.Errorf("owner's frame tracker: %+v, want 2 streams, no gaps, nothing late", c)
-	}
-	got, err := owner.sections()
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err := one.sections()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range want {
-		if b, err := findSection(got, s.Name); err != nil || !bytes.Equal(b, s.Data) {
-			t.Errorf("section %s differs from one daemon's", s.Name)
-		}
 	}
 }
 

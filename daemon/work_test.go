@@ -107,6 +107,74 @@ func simulateWorkers(t testing.TB, p config.Pipeline, stream string) simulation 
 	return sim
 }
 
+// workMatchesOneDaemon checks that worker mode learns as one daemon
+// does: with one minibatch a step, coded with the newest model (τ = 0)
+// and sent exactly (workers.precision 64), the owner that applies the
+// workers' contributions ends with the model, bit for bit, of a single
+// daemon that learned the same minibatches of samples. Both start from
+// the dictionary seeded by the first minibatch (workers code the
+// seeding step with a dictionary of their own, see seedLocally). With
+// f_vq codes a worker's code is the one a single daemon's learning step
+// assigns, before it moves the atoms. It returns the owner's model.
+func workMatchesOneDaemon(t *testing.T, p config.Pipeline, samples []sample) *imageModel {
+	t.Helper()
+	p.Workers.Merge, p.Workers.Staleness, p.Workers.Precision = 1, 0, 64
+	var batches [][]sample
+	for b := range slices.Chunk(samples, p.Batch.Size) {
+		batches = append(batches, b)
+	}
+	var one, owner *imageModel
+	for _, m := range []**imageModel{&one, &owner} {
+		*m = newModel(&p, rand.NewPCG(p.Seed, 1)).(*imageModel)
+		if _, err := (*m).learn(batches[0]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, batch := range batches[1:] {
+		secs, err := owner.workerSections()
+		if err != nil {
+			t.Fatal(err)
+		}
+		worker, err := owner.withWorkerSections(secs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		enc, _ := worker.contribute(batch, rand.NewPCG(p.Seed, batch[0].seq), 1, 64)
+		if err := owner.applyContributions([][]byte{enc}); err != nil {
+			t.Fatalf("step %d: %v", i+1, err)
+		}
+		if _, err := one.learn(batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := owner.sections()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := one.sections()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range want {
+		if b, err := findSection(got, s.Name); err != nil || !bytes.Equal(b, s.Data) {
+			t.Errorf("section %s differs from one daemon's", s.Name)
+		}
+	}
+	return owner
+}
+
+// Images with SMT by SGD: the statistics, the workers' gradients summed by
+// the owner and its step are those of one daemon (workMatchesOneDaemon).
+func TestWorkImagesMatchOneDaemon(t *testing.T) {
+	p := digitsPipeline("digits", "mnist.images", 64)
+	p.Deterministic = true
+	p.Batch.Size = 20
+	owner := workMatchesOneDaemon(t, p, recordedBatch(t, &p, 400))
+	if owner.smt.Steps() == 0 {
+		t.Error("the owner took no SMT step")
+	}
+}
+
 // Worker mode on a 3-node NATS cluster: three daemon processes share the
 // learning of a recorded MNIST stream in deterministic mode; a worker
 // that is not the owner is killed with SIGKILL after a third of the
