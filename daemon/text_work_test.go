@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/smtd/smtd/config"
 )
 
@@ -129,4 +131,77 @@ func TestWorkTextContributionMalformed(t *testing.T) {
 	if err := strict.applyContributions([][]byte{enc}); err == nil {
 		t.Error("tokens longer than the owner's text.max_token_bytes were applied")
 	}
+}
+
+// A model version that repeats the one before (a text model between two
+// solves) is published as a reference to it, without its bytes, and a
+// worker holding that version holds the new one as the same, decoded
+// once; one that does not hold it ignores the reference (it asks for the
+// version when a task needs it).
+func TestWorkOwnerRepeatsUnchangedVersions(t *testing.T) {
+	ns := startNATS(t)
+	nc := connect(t, ns.ClientURL())
+	cfg := config.Default()
+	d := &Daemon{cfg: cfg, nc: nc}
+	p := textWorkerPipeline("words")
+	models := make(chan *nats.Msg, 4)
+	if _, err := nc.ChanSubscribe(d.workSubject(p.Name, "model"), models); err != nil {
+		t.Fatal(err)
+	}
+	pl := &pipeline{d: d, name: p.Name, cfg: p, model: newModel(&p, rand.NewPCG(1, 2))}
+	o := &workOwner{pl: pl, epoch: 3}
+	w := &worker{pl: pl, versions: map[workVersion]*heldVersion{}, arrived: make(chan struct{})}
+	next := func() *nats.Msg {
+		t.Helper()
+		select {
+		case m := <-models:
+			return m
+		case <-time.After(5 * time.Second):
+			t.Fatal("no model version published")
+		}
+		return nil
+	}
+	o.publishModel() // version 0: the model without a solve
+	first := next()
+	if len(first.Data) == 0 || first.Header.Get(headerModelSame) != "" {
+		t.Fatalf("version 0: %d bytes, repeating %q", len(first.Data), first.Header.Get(headerModelSame))
+	}
+	pl.version = 1
+	o.publishModel()
+	repeat := next()
+	if len(repeat.Data) != 0 || repeat.Header.Get(headerModelSame) != "0" {
+		t.Fatalf("version 1 unchanged: %d bytes, repeating %q", len(repeat.Data), repeat.Header.Get(headerModelSame))
+	}
+	if !bytes.Equal(pl.workVersions[1], pl.workVersions[0]) {
+		t.Error("the owner does not keep the bytes of the repeated version for model.get")
+	}
+	w.store(repeat)
+	if len(w.versions) != 0 {
+		t.Fatal("a worker without version 0 took version 1 as a reference to it")
+	}
+	w.store(first)
+	w.store(repeat)
+	if h := w.versions[workVersion{3, 1}]; h == nil || h != w.versions[workVersion{3, 0}] {
+		t.Error("version 1 is not held as version 0's")
+	}
+	// A solve changes the version: it is sent whole.
+	m := pl.model.(*textModel)
+	if err := m.applyContributions([][]byte{mustContribute(t, &p, 500)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.solve(); err != nil {
+		t.Fatal(err)
+	}
+	pl.version = 2
+	o.publishModel()
+	if changed := next(); len(changed.Data) == 0 || changed.Header.Get(headerModelSame) != "" {
+		t.Errorf("version 2 after a solve: %d bytes, repeating %q", len(changed.Data), changed.Header.Get(headerModelSame))
+	}
+}
+
+// mustContribute returns the contribution of the first n Brown sentences.
+func mustContribute(t *testing.T, p *config.Pipeline, n int) []byte {
+	t.Helper()
+	enc, _ := newModel(p, rand.NewPCG(1, 2)).(*textModel).contribute(recordedSamples(t, p, "brown-2000.smtdrec", n), nil, 0, 32)
+	return enc
 }

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -633,6 +634,14 @@ func (o *workOwner) publishModel() {
 		return
 	}
 	b := encodeSections(secs)
+	// A version that repeats the one before, a text model between two
+	// solves, is sent as a reference to it: workers hold it already
+	// (one that does not asks for it by number and gets the bytes).
+	prev, repeat := pl.workVersions[pl.version-1]
+	repeat = repeat && pl.version > 0 && bytes.Equal(prev, b)
+	if repeat {
+		b = prev
+	}
 	if pl.workVersions == nil {
 		pl.workVersions = map[uint64][]byte{}
 	}
@@ -642,17 +651,26 @@ func (o *workOwner) publishModel() {
 			delete(pl.workVersions, v)
 		}
 	}
-	if err := o.sendModel(pl.d.workSubject(pl.name, "model"), pl.version, b); err != nil {
+	h := o.modelHeader(pl.version)
+	if repeat {
+		h.Set(headerModelSame, strconv.FormatUint(pl.version-1, 10))
+		b = nil
+	}
+	if _, err := publishChunks(pl.d.nc, pl.d.workSubject(pl.name, "model"), h, b, 0); err != nil {
 		pl.log.Warn().Err(err).Msg("worker mode: publishing the model")
 	}
 }
 
-func (o *workOwner) sendModel(subject string, version uint64, b []byte) error {
+// headerModelSame, on a model version without data, names the version
+// whose bytes it repeats.
+const headerModelSame = "Smtd-Model-Same"
+
+// modelHeader returns the headers of model version v.
+func (o *workOwner) modelHeader(v uint64) nats.Header {
 	h := nats.Header{}
 	h.Set(headerEpoch, strconv.FormatUint(o.epoch, 10))
-	h.Set(HeaderModelVersion, strconv.FormatUint(version, 10))
-	_, err := publishChunks(o.pl.d.nc, subject, h, b, 0)
-	return err
+	h.Set(HeaderModelVersion, strconv.FormatUint(v, 10))
+	return h
 }
 
 // serveModel answers a worker's model.get with the version it asks for
@@ -666,7 +684,7 @@ func (o *workOwner) serveModel(m *nats.Msg) {
 	if err != nil || !ok {
 		v, b = o.pl.version, o.pl.workVersions[o.pl.version]
 	}
-	if err := o.sendModel(m.Reply, v, b); err != nil {
+	if _, err := publishChunks(o.pl.d.nc, m.Reply, o.modelHeader(v), b, 0); err != nil {
 		o.pl.log.Warn().Err(err).Msg("worker mode: sending a model")
 	}
 }
@@ -979,6 +997,16 @@ func sleep(ctx context.Context, d time.Duration) {
 func (w *worker) store(m *nats.Msg) {
 	epoch, err1 := strconv.ParseUint(m.Header.Get(headerEpoch), 10, 64)
 	version, err2 := strconv.ParseUint(m.Header.Get(HeaderModelVersion), 10, 64)
+	if same := m.Header.Get(headerModelSame); same != "" && err1 == nil && err2 == nil {
+		v, err := strconv.ParseUint(same, 10, 64)
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		// Not held: the version is asked for when a task needs it.
+		if h, ok := w.versions[workVersion{epoch, v}]; ok && err == nil {
+			w.hold(workVersion{epoch, version}, h)
+		}
+		return
+	}
 	secs, err3 := decodeSections(m.Data)
 	if err := errors.Join(err1, err2, err3); err != nil {
 		w.pl.log.Warn().Err(err).Msg("worker mode: a model that does not decode")
@@ -986,14 +1014,21 @@ func (w *worker) store(m *nats.Msg) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	key := workVersion{epoch, version}
+	w.hold(workVersion{epoch, version}, &heldVersion{secs: secs})
+}
+
+// hold keeps h as version key, unless one is held already, forgets the
+// versions of older epochs and those more than τ+2 behind, and wakes the
+// tasks waiting for a version. A version that repeats another shares its
+// heldVersion, decoded once. w.mu is held.
+func (w *worker) hold(key workVersion, h *heldVersion) {
 	if _, ok := w.versions[key]; ok {
 		return
 	}
-	w.versions[key] = &heldVersion{secs: secs}
+	w.versions[key] = h
 	keep := uint64(w.pl.cfg.Workers.Staleness + 2)
 	for k := range w.versions {
-		if k.epoch < epoch || k.version+keep < version {
+		if k.epoch < key.epoch || k.version+keep < key.version {
 			delete(w.versions, k)
 		}
 	}
