@@ -282,17 +282,19 @@ func (m *imageModel) learn(batch []sample) ([]output, error) {
 	}
 	m.yield()
 	if err == nil {
-		err = m.solveOnSchedule()
+		err = m.solveOnSchedule(1)
 	}
 	return m.embedded(batch), err
 }
 
-// solveOnSchedule re-solves a closed-form P every smt.solve_every batches.
-func (m *imageModel) solveOnSchedule() error {
+// solveOnSchedule counts batches more minibatches learned and re-solves a
+// closed-form P once smt.solve_every have been since the last solve (in
+// worker mode, at the end of the step that reaches them).
+func (m *imageModel) solveOnSchedule(batches int) error {
 	if m.solver != config.SolverClosed {
 		return nil
 	}
-	if m.sinceSolve++; m.sinceSolve < m.solveEvery {
+	if m.sinceSolve += batches; m.sinceSolve < m.solveEvery {
 		return nil
 	}
 	err := m.solve()
@@ -304,19 +306,25 @@ func (m *imageModel) solveOnSchedule() error {
 // within smt.context grid positions being neighbours, to the statistics,
 // and takes an SGD step on them.
 func (m *imageModel) learnSpatial(images int) error {
-	g := m.patcher.Grid
-	if m.code == config.CodeVQ {
-		m.stats.AddImagesVQ(m.assign, images, g)
-	} else {
-		m.stats.AddImagesGQ(&m.codes, images, g)
-	}
+	m.addSpatial(images)
 	if m.solver != config.SolverSGD {
 		return nil
 	}
 	m.yield()
 	// The statistics include this batch before the step, as the step's V
 	// should (sgd.SMT.StepImagesVQ).
-	return m.smt.StepImagesVQ(m.stats, m.assign, images, g)
+	return m.smt.StepImagesVQ(m.stats, m.assign, images, m.patcher.Grid)
+}
+
+// addSpatial adds the codes of a batch of images (m.assign for f_vq,
+// m.codes for f_gq) to the statistics, patches within smt.context grid
+// positions being neighbours.
+func (m *imageModel) addSpatial(images int) {
+	if m.code == config.CodeVQ {
+		m.stats.AddImagesVQ(m.assign, images, m.patcher.Grid)
+	} else {
+		m.stats.AddImagesGQ(&m.codes, images, m.patcher.Grid)
+	}
 }
 
 // learnTemporal adds the triples of frames (t−1, t, t+1) of one stream

@@ -193,7 +193,6 @@ func (m *imageModel) applyContributions(enc [][]byte) error {
 		m.contribs = append(m.contribs, imageContribution{})
 	}
 	cs := m.contribs[:len(enc)]
-	g := m.patcher.Grid
 	images := 0
 	m.tookSeeds = false
 	// The SMT gradient a contribution may carry, checked before its
@@ -262,14 +261,10 @@ func (m *imageModel) applyContributions(enc [][]byte) error {
 			return err
 		}
 		m.yield()
-		return m.solveOnSchedule()
+		return m.solveOnSchedule(len(cs))
 	}
-	if m.code == config.CodeGQ {
-		m.stats.AddImagesGQ(&m.codes, images, g) // closed-form solver only (config)
-	} else {
-		m.stats.AddImagesVQ(m.assign, images, g)
-	}
-	if m.solver == config.SolverSGD {
+	m.addSpatial(images)
+	if m.solver == config.SolverSGD { // f_vq codes only (config)
 		// The gradients add up (sgd.SMT.GradientImagesVQ), in order.
 		var sum *mat.Dense
 		var pairs int64
@@ -292,7 +287,7 @@ func (m *imageModel) applyContributions(enc [][]byte) error {
 		}
 	}
 	m.yield()
-	return m.solveOnSchedule()
+	return m.solveOnSchedule(len(cs))
 }
 
 // fits checks the shapes of a decoded contribution against the model.
@@ -308,25 +303,31 @@ func (m *imageModel) fits(c *imageContribution) error {
 	if err := m.km.CheckContribution(&c.km); err != nil {
 		return err
 	}
-	if m.smt == nil {
-		return nil
+	// Besides: with SMT the f_vq or f_gq code of every patch, and the
+	// frames of video; nothing else.
+	vq, gq, frames := 0, 0, 0
+	if m.smt != nil {
+		if m.code == config.CodeVQ {
+			vq = c.images * g.Len()
+		} else {
+			gq = c.images * g.Len()
+		}
+		if m.frames != nil {
+			frames = c.images
+		}
 	}
-	if m.code == config.CodeVQ && len(c.codes) != c.images*g.Len() {
-		return fmt.Errorf("%w: %d codes for %d images of %d patches", errContribution, len(c.codes), c.images, g.Len())
-	}
-	if m.code == config.CodeGQ && (len(c.codes) != 0 || c.sparse.Rows != c.images*g.Len()) {
-		return fmt.Errorf("%w: %d f_vq and %d f_gq codes for %d images of %d patches with f_gq codes", errContribution, len(c.codes), c.sparse.Rows, c.images, g.Len())
-	}
-	frames := 0 // video: one per image
-	if m.frames != nil {
-		frames = c.images
-	}
-	if len(c.frames) != frames {
-		return fmt.Errorf("%w: %d frames for %d images, want %d", errContribution, len(c.frames), c.images, frames)
+	if len(c.codes) != vq || c.sparse.Rows != gq || len(c.frames) != frames {
+		return fmt.Errorf("%w: %d f_vq codes, %d f_gq codes and %d frames for %d images; want %d, %d and %d",
+			errContribution, len(c.codes), c.sparse.Rows, len(c.frames), c.images, vq, gq, frames)
 	}
 	if c.stepped {
-		if r, cols := c.grad.Dims(); m.solver != config.SolverSGD || m.frames != nil || r != m.smt.Size() || cols != m.smt.Settings().Dim || c.pairs < 0 {
-			return fmt.Errorf("%w: an SMT gradient of %dx%d, want %dx%d with the sgd solver on images", errContribution, r, cols, m.smt.Size(), m.smt.Settings().Dim)
+		// readGradient refused one of another shape, or for a model
+		// without the sgd solver on images (gradShape).
+		if m.smt == nil || m.solver != config.SolverSGD || m.frames != nil || c.pairs < 0 {
+			return fmt.Errorf("%w: an SMT gradient, which the model does not take", errContribution)
+		}
+		if r, cols := c.grad.Dims(); r != m.smt.Size() || cols != m.smt.Settings().Dim {
+			return fmt.Errorf("%w: an SMT gradient of %dx%d, want %dx%d", errContribution, r, cols, m.smt.Size(), m.smt.Settings().Dim)
 		}
 	}
 	for _, a := range c.codes {
@@ -437,12 +438,16 @@ func (c *imageContribution) readSparse(r *state.Decoder) error {
 		if r.Bad() || n > uint64(r.Len()) {
 			return fmt.Errorf("%w: f_gq codes", errContribution)
 		}
+		prev := -1
 		for range n {
+			// Each code's atoms increase (online.SparseCodes), as the
+			// statistics require; fits checks them against K.
 			a := r.Uvarint()
-			if r.Bad() || a > 1<<31 {
-				return fmt.Errorf("%w: f_gq atoms", errContribution)
+			if r.Bad() || a > 1<<31 || int(a) <= prev {
+				return fmt.Errorf("%w: f_gq atoms not increasing", errContribution)
 			}
-			sp.Index = append(sp.Index, int(a))
+			prev = int(a)
+			sp.Index = append(sp.Index, prev)
 		}
 		from := len(sp.Cos)
 		sp.Cos = append(sp.Cos, make([]float64, n)...)

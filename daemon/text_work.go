@@ -136,7 +136,9 @@ func (m *textModel) withWorkerSections(secs []Section) (workModel, error) {
 	}
 	r := state.NewDecoder(b)
 	dim, n := r.Uvarint(), r.Uvarint()
-	if r.Bad() || dim == 0 || dim > 1<<12 || n > uint64(r.Len()) {
+	// A word costs at least 2 + 8·dim bytes: checked before the memory
+	// for n words is taken.
+	if r.Bad() || dim == 0 || dim > 1<<12 || n > uint64(r.Len())/(2+8*dim) {
 		return nil, fmt.Errorf("smtd: a text model version of dimension %d with %d words", dim, n)
 	}
 	s := &textModel{vocab: m.vocab, embed: m.embed}

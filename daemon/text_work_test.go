@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"bytes"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -33,8 +34,19 @@ func textWorkerPipeline(name string) config.Pipeline {
 // and embeddings equal, bit for bit, those of a single daemon that
 // learned the same messages, whatever the staleness.
 func TestWorkTextMatchesOneDaemon(t *testing.T) {
+	for _, tau := range []int{0, 1, 3} {
+		t.Run(fmt.Sprintf("staleness %d", tau), func(t *testing.T) {
+			p := textWorkerPipeline("words")
+			p.Workers.Staleness = tau
+			textMatchesOneDaemon(t, p)
+		})
+	}
+}
+
+// textMatchesOneDaemon compares worker mode on the recorded Brown stream,
+// simulated, with one daemon learning it.
+func textMatchesOneDaemon(t *testing.T, p config.Pipeline) {
 	const stream = "brown-2000.smtdrec"
-	p := textWorkerPipeline("words")
 	sim := simulateWorkers(t, p, stream)
 
 	one := newModel(&p, rand.NewPCG(p.Seed, 0x736d7464))

@@ -33,14 +33,17 @@ func TestWorkVideoMatchesOneDaemon(t *testing.T) {
 	if c := owner.frames.counts(); c.Streams != 2 || c.Gaps != 0 || c.Late != 0 {
 		t.Errorf("owner's frame tracker: %+v, want 2 streams, no gaps, nothing late", c)
 	}
+	if owner.smt.Steps() == 0 {
+		t.Error("the owner took no temporal SMT step")
+	}
 }
 
 // Worker mode on video: three daemon processes on a 3-node NATS cluster
 // share the learning of two interleaved recorded clips, f_gq codes and
-// temporal SMT, in deterministic mode, one version behind. The frames of
-// each clip are coded by whichever daemons ask, and the owner joins them
-// into triples: the final model, frame tracker included, equals the
-// in-process simulation bit for bit (workersMatchSimulation).
+// temporal SMT, in deterministic mode, one version behind, minibatches
+// of four frames handed to whichever daemon asks; the owner joins the
+// frames into triples: the final model, frame tracker included, equals
+// the in-process simulation bit for bit (workersMatchSimulation).
 func TestWorkersLearnVideo(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a NATS cluster and daemon processes")
@@ -89,6 +92,61 @@ func TestWorkContributionCarriesFrames(t *testing.T) {
 		}
 		if got.Rows != 8*w.patcher.Grid.Len() || len(got.Index) == 0 {
 			t.Errorf("%d bits: %d codes with %d atoms for 8 frames of %d patches", bits, got.Rows, len(got.Index), w.patcher.Grid.Len())
+		}
+	}
+}
+
+// An f_gq code whose atoms do not increase (swapped, or one repeated) is
+// refused before the model changes: the statistics take codes in order
+// only (online.SparseCodes), and would panic on it.
+func TestWorkContributionAtomsOutOfOrder(t *testing.T) {
+	digits := digitsPipeline("digits", "mnist.images", 16)
+	digits.KMeans.Code, digits.SMT.Solver = config.CodeGQ, config.SolverClosed
+	video := videoWorkerPipeline(config.CodeGQ)
+	for name, tc := range map[string]struct {
+		p     config.Pipeline
+		batch func(*config.Pipeline) []sample
+	}{
+		"images": {digits, func(p *config.Pipeline) []sample { return recordedBatch(t, p, 8) }},
+		"video":  {video, func(p *config.Pipeline) []sample { return recordedFrames(t, p, 8) }},
+	} {
+		for _, how := range []string{"swapped", "repeated"} {
+			p := tc.p
+			m := newModel(&p, rand.NewPCG(1, 2)).(*imageModel)
+			if _, err := m.learn(tc.batch(&p)); err != nil { // seeds the dictionary
+				t.Fatal(err)
+			}
+			enc, _ := m.snapshot().(*imageModel).contribute(tc.batch(&p), rand.NewPCG(1, 9), 1, 64)
+			var c imageContribution
+			if err := c.decode(enc); err != nil {
+				t.Fatal(err)
+			}
+			row := -1
+			for i := range c.sparse.Rows {
+				if atoms, _ := c.sparse.Row(i); len(atoms) >= 2 {
+					row = i
+					break
+				}
+			}
+			if row < 0 {
+				t.Fatalf("%s: no code with two atoms", name)
+			}
+			atoms, _ := c.sparse.Row(row)
+			if how == "swapped" {
+				atoms[0], atoms[1] = atoms[1], atoms[0]
+			} else {
+				atoms[1] = atoms[0]
+			}
+			before, _ := m.sections()
+			if err := m.applyContributions([][]byte{c.encode(false)}); err == nil {
+				t.Errorf("%s, atoms %s: applied", name, how)
+			}
+			after, _ := m.sections()
+			for i := range before {
+				if !slices.Equal(before[i].Data, after[i].Data) {
+					t.Errorf("%s, atoms %s: section %s changed", name, how, before[i].Name)
+				}
+			}
 		}
 	}
 }

@@ -391,9 +391,10 @@ func (o *workOwner) read(ctx context.Context) {
 	pl := o.pl
 	// With tasks out, their contributions are taken between short
 	// fetches. With none, only requests can come: the fetch may wait
-	// until the oldest parked one must be answered (a fetch returns as
-	// soon as a message arrives), rather than poll the server 200 times
-	// a second while the input is quiet.
+	// until the oldest parked one must be answered, at most
+	// batch.timeout as a single daemon waits for a minibatch (it returns
+	// once the minibatch is whole), rather than poll the server 200
+	// times a second while the input is quiet.
 	wait := workPoll
 	if len(o.steps) == 0 {
 		wait = min(pl.cfg.Batch.Timeout, o.idleFor(time.Now()))
@@ -1062,7 +1063,8 @@ func (w *worker) model(ctx context.Context, t *workTask) (workModel, uint64, err
 				m, err := w.base.withWorkerSections(best.secs)
 				if err != nil {
 					w.mu.Lock()
-					delete(w.versions, workVersion{t.Epoch, bestV})
+					// Versions that repeat it (hold) go too.
+					maps.DeleteFunc(w.versions, func(_ workVersion, h *heldVersion) bool { return h == best })
 					w.mu.Unlock()
 					return nil, 0, fmt.Errorf("smtd: model version %d does not decode: %w", bestV, err)
 				}

@@ -113,9 +113,11 @@ func simulateWorkers(t testing.TB, p config.Pipeline, stream string) simulation 
 // workers' contributions ends with the model, bit for bit, of a single
 // daemon that learned the same minibatches of samples. Both start from
 // the dictionary seeded by the first minibatch (workers code the
-// seeding step with a dictionary of their own, see seedLocally). With
-// f_vq codes a worker's code is the one a single daemon's learning step
-// assigns, before it moves the atoms. It returns the owner's model.
+// seeding step with a dictionary of their own, see seedLocally), and no
+// atom is re-seeded (a worker draws the candidates from the task's
+// source, a single daemon from its model's). With f_vq codes a worker's
+// code is the one a single daemon's learning step assigns, before it
+// moves the atoms. It returns the owner's model.
 func workMatchesOneDaemon(t *testing.T, p config.Pipeline, samples []sample) *imageModel {
 	t.Helper()
 	p.Workers.Merge, p.Workers.Staleness, p.Workers.Precision = 1, 0, 64
@@ -146,6 +148,9 @@ func workMatchesOneDaemon(t *testing.T, p config.Pipeline, samples []sample) *im
 		if _, err := one.learn(batch); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if n := one.km.Reseeds(); n != 0 {
+		t.Fatalf("%d atoms re-seeded: the comparison holds only without", n)
 	}
 	got, err := owner.sections()
 	if err != nil {
