@@ -3,8 +3,11 @@ package daemon
 import (
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/smtd/smtd/config"
 )
@@ -41,9 +44,10 @@ func TestWorkVideoMatchesOneDaemon(t *testing.T) {
 // Worker mode on video: three daemon processes on a 3-node NATS cluster
 // share the learning of two interleaved recorded clips, f_gq codes and
 // temporal SMT, in deterministic mode, one version behind, minibatches
-// of four frames handed to whichever daemon asks; the owner joins the
-// frames into triples: the final model, frame tracker included, equals
-// the in-process simulation bit for bit (workersMatchSimulation).
+// of four frames handed to whichever daemon asks, so that each clip is
+// coded by more than one; the owner joins the frames into triples: the
+// final model, frame tracker included, equals the in-process simulation
+// bit for bit (workersMatchSimulation).
 func TestWorkersLearnVideo(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a NATS cluster and daemon processes")
@@ -52,7 +56,22 @@ func TestWorkersLearnVideo(t *testing.T) {
 	p.Name = "wv"
 	p.Batch.Size = 4
 	p.Workers.Merge, p.Workers.Staleness, p.Workers.Precision = 2, 1, 32
-	workersMatchSimulation(t, p, "video-2x48.smtdrec")
+	c := workersMatchSimulation(t, p, "video-2x48.smtdrec")
+	// The frames of each clip were coded by more than one daemon.
+	coders := map[string]int{}
+	for k := range outputsBy(t, c.js, p.OutputStreamName(), func(h nats.Header) string { return h.Get(HeaderStream) + "\x00" + h.Get(HeaderDaemon) }) {
+		clip, _, _ := strings.Cut(k, "\x00")
+		coders[clip]++
+	}
+	t.Logf("daemons per clip: %v", coders)
+	for clip, n := range coders {
+		if n < 2 {
+			t.Errorf("clip %s coded by %d daemon, want more than one", clip, n)
+		}
+	}
+	if len(coders) != 2 {
+		t.Errorf("outputs of %d clips, want 2", len(coders))
+	}
 }
 
 // A video worker's contribution carries every frame's stream and index in

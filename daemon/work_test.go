@@ -250,8 +250,8 @@ func TestWorkersMatchSimulation(t *testing.T) {
 // (deterministic) and checks that the final model equals, bit for bit,
 // the in-process simulation of the schedule, that every message is
 // learned once, and that the output stream holds one output per input,
-// published by more than one daemon.
-func workersMatchSimulation(t *testing.T, p config.Pipeline, stream string) {
+// published by more than one daemon. It returns the cluster.
+func workersMatchSimulation(t *testing.T, p config.Pipeline, stream string) *testCluster {
 	t.Helper()
 	p.Output.Transport = config.JetStream
 	want := simulateWorkers(t, p, stream)
@@ -278,11 +278,17 @@ func workersMatchSimulation(t *testing.T, p config.Pipeline, stream string) {
 	if total != n || len(publishers) < 2 {
 		t.Errorf("outputs by daemon %v: want one per input (%d), from more than one daemon", publishers, n)
 	}
+	return c
 }
 
 // outputPublishers counts the messages of an output stream by the daemon
 // that published them (HeaderDaemon).
 func outputPublishers(t testing.TB, js jetstream.JetStream, stream string) map[string]int {
+	return outputsBy(t, js, stream, func(h nats.Header) string { return h.Get(HeaderDaemon) })
+}
+
+// outputsBy counts the messages of an output stream by key(headers).
+func outputsBy(t testing.TB, js jetstream.JetStream, stream string, key func(nats.Header) string) map[string]int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -297,7 +303,7 @@ func outputPublishers(t testing.TB, js jetstream.JetStream, stream string) map[s
 		if err != nil {
 			t.Fatalf("reading output %d: %v", seq, err)
 		}
-		by[m.Header.Get(HeaderDaemon)]++
+		by[key(m.Header)]++
 	}
 	return by
 }
