@@ -486,8 +486,19 @@ func TestClusterPlacement(t *testing.T) {
 	if o := owners(); o["p0"] != "b" {
 		t.Errorf("p0 (placement gpu) is owned by %q, want b", o["p0"])
 	}
-	st, ok := clusterPipelineStatus(nc, "cl", "p1")
-	if !ok || st.Owner == "" || st.Epoch == 0 {
+	// A standby learns the lease from the bucket's watch, a moment after
+	// the owner took it: any daemon's status names the owner soon.
+	var st PipelineStatus
+	named := func() bool {
+		var ok bool
+		st, ok = clusterPipelineStatus(nc, "cl", "p1")
+		return ok && st.Owner != "" && st.Epoch != 0
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !named() && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if st.Owner == "" || st.Epoch == 0 {
 		t.Errorf("status of p1 from any daemon: %+v", st)
 	}
 	// a stops: b owns everything but p0's placement is kept.
