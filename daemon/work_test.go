@@ -50,19 +50,7 @@ func simulateWorkers(t testing.TB, p config.Pipeline, stream string) simulation 
 	src := rand.NewPCG(p.Seed, 0x736d7464)
 	owner := newModel(&p, src).(workModel)
 	versions := map[uint64]workModel{}
-	keep := func(v uint64) {
-		secs, err := owner.workerSections()
-		if err != nil {
-			t.Fatal(err)
-		}
-		secs, err = decodeSections(encodeSections(secs))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if versions[v], err = owner.withWorkerSections(secs); err != nil {
-			t.Fatal(err)
-		}
-	}
+	keep := func(v uint64) { versions[v] = workerVersion(t, owner, owner) }
 	keep(0)
 	w := p.Workers
 	step := w.Merge * p.Batch.Size
@@ -133,15 +121,7 @@ func workMatchesOneDaemon(t *testing.T, p config.Pipeline, samples []sample) *im
 		}
 	}
 	for i, batch := range batches[1:] {
-		secs, err := owner.workerSections()
-		if err != nil {
-			t.Fatal(err)
-		}
-		worker, err := owner.withWorkerSections(secs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		enc, _ := worker.contribute(batch, rand.NewPCG(p.Seed, batch[0].seq), 1, 64)
+		enc, _ := workerVersion(t, owner, owner).contribute(batch, rand.NewPCG(p.Seed, batch[0].seq), 1, 64)
 		if err := owner.applyContributions([][]byte{enc}); err != nil {
 			t.Fatalf("step %d: %v", i+1, err)
 		}
@@ -178,6 +158,25 @@ func TestWorkImagesMatchOneDaemon(t *testing.T) {
 	if owner.smt.Steps() == 0 {
 		t.Error("the owner took no SMT step")
 	}
+}
+
+// workerVersion returns the owner's current model version as a worker
+// with model base holds it: its sections encoded and decoded, as they
+// travel.
+func workerVersion(t testing.TB, owner, base workModel) workModel {
+	t.Helper()
+	secs, err := owner.workerSections()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if secs, err = decodeSections(encodeSections(secs)); err != nil {
+		t.Fatal(err)
+	}
+	v, err := base.withWorkerSections(secs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }
 
 // Worker mode on a 3-node NATS cluster: three daemon processes share the
@@ -452,15 +451,7 @@ func TestWorkerVersionCarriesTheOwnersSettings(t *testing.T) {
 	tuned.SMT.LearningRate = p.SMT.LearningRate / 2
 	tuned.KMeans.Threshold = p.KMeans.Threshold + 0.25
 	owner.tune(&tuned)
-	secs, err := owner.workerSections()
-	if err != nil {
-		t.Fatal(err)
-	}
-	version, err := worker.withWorkerSections(secs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := version.(*imageModel)
+	got := workerVersion(t, owner, worker).(*imageModel)
 	if got.minNorm != tuned.Patches.MinNorm || worker.minNorm != p.Patches.MinNorm {
 		t.Errorf("min_norm: version %v, worker %v; want %v and %v", got.minNorm, worker.minNorm, tuned.Patches.MinNorm, p.Patches.MinNorm)
 	}
