@@ -49,6 +49,7 @@ func MNIST(ctx context.Context, w io.Writer, args []string) error {
 	kmDecay := fs.Float64("kmeans-decay", 0, "k-means rate decay per batch (anneals the dictionary)")
 	raw := fs.Bool("raw", false, "also report soft-KNN on raw pixels")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to `file`")
+	seed := fs.Uint64("seed", config.DefaultPipeline(config.Image, "").Seed, "the pipeline's seed (k-means++ seeding and re-seeding)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -69,6 +70,7 @@ func MNIST(ctx context.Context, w io.Writer, args []string) error {
 	p.Batch.Size = *batch
 	p.Patches.Context = *mean
 	p.Whiten.Lambda = *lambda
+	p.Seed = *seed
 	p.KMeans.Decay = *kmDecay
 	p.SMT.Memory = *smtMemory
 	p.SMT.Dim, p.SMT.Context, p.SMT.Solver, p.SMT.Blank, p.SMT.Drop = *dim, *ctxRange, *solver, *blank, *drop
