@@ -911,6 +911,12 @@ type worker struct {
 	// is tens of MB at a batch.size in the hundreds.
 	workspace *imageWork
 
+	// sending holds a token while a contribution is being sent and its
+	// receipt awaited, which the worker does while it codes the next
+	// task; sends counts them.
+	sending chan struct{}
+	sends   sync.WaitGroup
+
 	mu       sync.Mutex
 	versions map[workVersion]*heldVersion
 	arrived  chan struct{} // closed and replaced when a version arrives
@@ -932,9 +938,10 @@ type heldVersion struct {
 // until ctx is done. While this daemon owns main and workers.on_owner is
 // false, it does not ask for tasks.
 func (d *Daemon) runWorker(ctx context.Context, pl, main *pipeline) {
-	w := &worker{d: d, pl: pl, base: pl.model.(workModel), versions: map[workVersion]*heldVersion{}, arrived: make(chan struct{})}
+	w := &worker{d: d, pl: pl, base: pl.model.(workModel), versions: map[workVersion]*heldVersion{}, arrived: make(chan struct{}), sending: make(chan struct{}, 1)}
 	w.self = d.cluster.self.Name
 	defer w.asks.Wait() // ctx is done: they return
+	defer w.sends.Wait()
 	var asm assembly
 	sub, err := d.nc.Subscribe(d.workSubject(pl.name, "model"), func(m *nats.Msg) {
 		if whole := asm.add(m); whole != nil {
@@ -979,7 +986,7 @@ func (d *Daemon) runWorker(ctx context.Context, pl, main *pipeline) {
 	}()
 	for t := range tasks {
 		if err := w.work(ctx, t); err != nil && ctx.Err() == nil {
-			pl.log.Warn().Err(err).Uint64("task", t.ID).Msg("worker mode: the task failed; the owner hands it out again after workers.task_timeout")
+			w.failed(t, err)
 		}
 	}
 	wg.Wait()
@@ -1157,9 +1164,10 @@ func (w *worker) request(ctx context.Context) (*workTask, error) {
 	return t, nil
 }
 
-// work codes a task and sends its contribution.
+// work codes a task, publishes its outputs and sends its contribution
+// (send).
 func (w *worker) work(ctx context.Context, t *workTask) error {
-	d, pl := w.d, w.pl
+	pl := w.pl
 	model, version, err := w.model(ctx, t)
 	if err != nil {
 		return err
@@ -1180,17 +1188,40 @@ func (w *worker) work(ctx context.Context, t *workTask) error {
 		pl.publishOutputs(ctx, outs)
 		meta.Published = pl.stats.published.Load() - before
 	}
+	w.send(ctx, t, &meta, enc)
+	return nil
+}
+
+// send sends a task's contribution and returns; the owner's receipt is
+// awaited while the next task is coded, so that a worker does not wait
+// between two tasks for an owner busy receiving other workers'
+// contributions. One contribution is sent at a time: send waits for the
+// previous one's receipt first, so that a worker holds at most two.
+func (w *worker) send(ctx context.Context, t *workTask, meta *workMeta, enc []byte) {
+	d, pl := w.d, w.pl
 	h := nats.Header{}
 	b, _ := json.Marshal(meta)
 	h.Set(headerWork, string(b))
-	reply, err := publishChunks(d.nc, d.workSubject(pl.name, "done"), h, enc, 10*time.Second)
-	if err != nil {
-		return fmt.Errorf("smtd: sending a contribution: %w", err)
-	}
-	if s := string(reply.Data); s != "ok" {
-		return fmt.Errorf("smtd: contribution refused: %s", s)
-	}
-	return nil
+	w.sending <- struct{}{}
+	w.sends.Add(1)
+	go func() {
+		defer func() { <-w.sending; w.sends.Done() }()
+		reply, err := publishChunks(d.nc, d.workSubject(pl.name, "done"), h, enc, 10*time.Second)
+		switch {
+		case err != nil:
+			err = fmt.Errorf("smtd: sending a contribution: %w", err)
+		case string(reply.Data) != "ok":
+			err = fmt.Errorf("smtd: contribution refused: %s", reply.Data)
+		}
+		if err != nil && ctx.Err() == nil {
+			w.failed(t, err)
+		}
+	}()
+}
+
+// failed logs a task that the worker could not do or deliver.
+func (w *worker) failed(t *workTask, err error) {
+	w.pl.log.Warn().Err(err).Uint64("task", t.ID).Msg("worker mode: the task failed; the owner hands it out again after workers.task_timeout")
 }
 
 // fetch reads a task's messages from the stream by sequence and decodes

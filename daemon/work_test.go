@@ -822,3 +822,62 @@ func TestWorkerVersionsShareAWorkspace(t *testing.T) {
 		}
 	}
 }
+
+// A worker sends a contribution and goes on to its next task without
+// waiting for the owner's receipt, so that an owner busy receiving other
+// workers' contributions does not hold it up; it has one contribution in
+// flight at a time, so the next send waits for the receipt before it.
+func TestWorkerSendsWithoutAwaitingReceipt(t *testing.T) {
+	ns := startNATS(t)
+	nc := connect(t, ns.ClientURL())
+	d := &Daemon{cfg: config.Default(), nc: nc}
+	pl := &pipeline{d: d, name: "p", cfg: workerPipeline("p", "p.in")}
+	w := &worker{d: d, pl: pl, sending: make(chan struct{}, 1)}
+	got := make(chan *nats.Msg, 2)
+	if _, err := nc.ChanSubscribe(d.workSubject("p", "done"), got); err != nil {
+		t.Fatal(err)
+	}
+	receive := func() *nats.Msg {
+		t.Helper()
+		select {
+		case m := <-got:
+			return m
+		case <-time.After(5 * time.Second):
+			t.Fatal("no contribution arrived")
+		}
+		return nil
+	}
+	ctx := context.Background()
+	sent := make(chan uint64, 2)
+	go func() {
+		for id := uint64(1); id <= 2; id++ {
+			w.send(ctx, &workTask{ID: id}, &workMeta{Task: id}, []byte{byte(id)})
+			sent <- id
+		}
+	}()
+	first := receive()
+	select {
+	case <-sent: // the first send returned while its receipt is pending
+	case <-time.After(5 * time.Second):
+		t.Fatal("the worker waits for the owner's receipt")
+	}
+	select {
+	case id := <-sent:
+		t.Fatalf("send %d returned with a contribution in flight", id)
+	case <-got:
+		t.Fatal("a second contribution was sent before the first's receipt")
+	case <-time.After(200 * time.Millisecond):
+	}
+	first.Respond([]byte("ok"))
+	second := receive()
+	if !bytes.Equal(first.Data, []byte{1}) || !bytes.Equal(second.Data, []byte{2}) {
+		t.Errorf("contributions %v then %v", first.Data, second.Data)
+	}
+	select {
+	case <-sent:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the second send did not return after the first's receipt")
+	}
+	second.Respond([]byte("ok"))
+	w.sends.Wait()
+}
