@@ -68,6 +68,17 @@ import (
 //     at most τ+1 of them handed out ahead of the owner's model). The
 //     workers one owner keeps busy are the fewer of the two.
 //
+// With -owner-quota q it then measures the owner's capacity rather than
+// deriving it: one worker again, with the owner capped at the fraction q
+// of a core (a cgroup CPU quota; root only) once the warm-up is learned.
+// It prints cluster_quota_images_per_s, the owner's CPU fraction and CPU
+// per 1,000 images under the cap, and cluster_workers_per_owner_at_quota,
+// the images/s one whole owner core would merge at that pace over the
+// uncapped worker's images/s: (images/s / q) / cluster_workers_1_images_per_s.
+// A capped owner that still keeps up with its worker shows it can feed
+// 1/q workers; below that the cluster slows, and the figure says by how
+// much.
+//
 // With -accuracy it then runs the quick MNIST setting of `smtd bench
 // mnist` (-accuracy-train images, two passes, -accuracy-test test
 // images; K = -k) in one daemon and with 2 and 3 workers, and prints the
@@ -96,12 +107,13 @@ func Cluster(ctx context.Context, w io.Writer, args []string) error {
 	accRuns := fs.Int("accuracy-runs", 1, "-accuracy: runs of each, with seeds 1..N")
 	idle := fs.Duration("idle", 10*time.Second, "how long the daemons are left idle after the timed run, to measure what they spend per second whatever they learn")
 	maxPayload := fs.Int("max-payload", 0, "the NATS server's max_payload in `bytes` (0: its default, 1 MiB); a contribution or model larger than it travels in chunks")
+	ownerQuota := fs.Float64("owner-quota", 0, "then time one worker once more with the owner capped at this `fraction` of a core by a cgroup CPU quota (needs root; 0: not)")
 	keep := fs.Bool("keep", false, "keep the temporary directory (configs, stores, daemon logs)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *maxWorkers < 0 || *nTrain < 1 || *warmup < 0 || *maxPayload < 0 || (*precision != 32 && *precision != 64) || *idle < time.Second || *accRuns < 1 {
-		return errors.New("bench cluster: -train and -accuracy-runs must be positive, -workers, -warmup and -max-payload not negative, -precision 32 or 64, -idle at least 1s")
+	if *maxWorkers < 0 || *nTrain < 1 || *warmup < 0 || *maxPayload < 0 || (*precision != 32 && *precision != 64) || *idle < time.Second || *accRuns < 1 || *ownerQuota < 0 || *ownerQuota > 1 || (*ownerQuota > 0 && *maxWorkers < 1) {
+		return errors.New("bench cluster: -train and -accuracy-runs must be positive, -workers, -warmup and -max-payload not negative, -precision 32 or 64, -idle at least 1s, -owner-quota between 0 and 1 and with -workers at least 1")
 	}
 	train, err := dataset.ReadMNIST(*dir, "train")
 	if err != nil {
@@ -120,6 +132,7 @@ func Cluster(ctx context.Context, w io.Writer, args []string) error {
 	p.Batch.Size = *batch
 	p.Workers.Merge, p.Workers.Staleness, p.Workers.Precision = *merge, *staleness, *precision
 	var last *workerRun
+	var oneWorker float64 // images/s
 	timed := min(*nTrain, train.N-*warmup)
 	for n := 1; n <= *maxWorkers; n++ {
 		r := &workerRun{root: filepath.Join(root, fmt.Sprintf("w%d", n)), workers: n, p: p, maxPayload: int32(*maxPayload), idleFor: *idle}
@@ -129,6 +142,9 @@ func Cluster(ctx context.Context, w io.Writer, args []string) error {
 			return err
 		}
 		fmt.Fprintf(w, "cluster_workers_%d_images_per_s: %.1f\n", n, float64(timed)/secs)
+		if n == 1 {
+			oneWorker = float64(timed) / secs
+		}
 		last = r
 	}
 	if last != nil {
@@ -140,6 +156,19 @@ func Cluster(ctx context.Context, w io.Writer, args []string) error {
 		fmt.Fprintf(w, "cluster_precision_bits: %d\n", *precision)
 		last.report(w, timed)
 		fmt.Fprintf(w, "cluster_minibatches_in_flight: %d\n", (*staleness+1)**merge)
+	}
+	if *ownerQuota > 0 {
+		r := &workerRun{root: filepath.Join(root, "quota"), workers: 1, p: p, maxPayload: int32(*maxPayload)}
+		secs, err := r.capped(ctx, train, *warmup, timed, *ownerQuota)
+		if err != nil {
+			return err
+		}
+		rate := float64(timed) / secs
+		fmt.Fprintf(w, "cluster_owner_quota_core_fraction: %g\n", *ownerQuota)
+		fmt.Fprintf(w, "cluster_quota_images_per_s: %.1f\n", rate)
+		fmt.Fprintf(w, "cluster_quota_owner_cpu_fraction: %.4f\n", r.ownerCPU/secs)
+		fmt.Fprintf(w, "cluster_quota_owner_cpu_seconds_per_1000_images: %.3f\n", r.ownerCPU*1000/float64(timed))
+		fmt.Fprintf(w, "cluster_workers_per_owner_at_quota: %.1f\n", rate / *ownerQuota / oneWorker)
 	}
 	if !*accuracy {
 		return nil
@@ -275,6 +304,36 @@ func (r *workerRun) throughput(ctx context.Context, train *dataset.Images, warmu
 		return 0, err
 	}
 	return secs, r.idle(ctx)
+}
+
+// capped is throughput with one worker and the owner capped at fraction
+// of a core once the warm-up images are learned (the dictionary's
+// seeding, O(K²) a row on the owner, runs uncapped). It returns the
+// seconds the n timed images took; the owner's CPU is in r.ownerCPU.
+func (r *workerRun) capped(ctx context.Context, train *dataset.Images, warmup, n int, fraction float64) (secs float64, err error) {
+	q, err := newCPUQuota(fmt.Sprintf("smtd-bench-%d", os.Getpid()), fraction)
+	if err != nil {
+		return 0, err
+	}
+	defer func() {
+		r.stop() // the group must be empty to go
+		if rerr := q.remove(); err == nil {
+			err = rerr
+		}
+	}()
+	if err := r.start(ctx); err != nil {
+		return 0, err
+	}
+	if _, err := r.learn(ctx, train, 0, warmup, 1); err != nil {
+		return 0, err
+	}
+	if err := q.add(r.procs["d0"].cmd.Process.Pid); err != nil {
+		return 0, err
+	}
+	if secs, err = r.learn(ctx, train, warmup, n, 1); err != nil {
+		return 0, err
+	}
+	return secs, r.measure()
 }
 
 // statusEvery is how often the bench asks for the status while it waits
