@@ -159,16 +159,7 @@ func TestWorkOwnerRepeatsUnchangedVersions(t *testing.T) {
 	pl := &pipeline{d: d, name: p.Name, cfg: p, model: newModel(&p, rand.NewPCG(1, 2))}
 	o := &workOwner{pl: pl, epoch: 3}
 	w := &worker{pl: pl, versions: map[workVersion]*heldVersion{}, arrived: make(chan struct{})}
-	next := func() *nats.Msg {
-		t.Helper()
-		select {
-		case m := <-models:
-			return m
-		case <-time.After(5 * time.Second):
-			t.Fatal("no model version published")
-		}
-		return nil
-	}
+	next := func() *nats.Msg { return nextMsg(t, models, "no model version published") }
 	o.publishModel() // version 0: the model without a solve
 	first := next()
 	if len(first.Data) == 0 || first.Header.Get(headerModelSame) != "" {

@@ -837,16 +837,7 @@ func TestWorkerSendsWithoutAwaitingReceipt(t *testing.T) {
 	if _, err := nc.ChanSubscribe(d.workSubject("p", "done"), got); err != nil {
 		t.Fatal(err)
 	}
-	receive := func() *nats.Msg {
-		t.Helper()
-		select {
-		case m := <-got:
-			return m
-		case <-time.After(5 * time.Second):
-			t.Fatal("no contribution arrived")
-		}
-		return nil
-	}
+	receive := func() *nats.Msg { return nextMsg(t, got, "no contribution arrived") }
 	ctx := context.Background()
 	sent := make(chan uint64, 2)
 	go func() {
@@ -880,4 +871,17 @@ func TestWorkerSendsWithoutAwaitingReceipt(t *testing.T) {
 	}
 	second.Respond([]byte("ok"))
 	w.sends.Wait()
+}
+
+// nextMsg returns the next message on ch; after 5 s without one the test
+// fails with why.
+func nextMsg(t testing.TB, ch <-chan *nats.Msg, why string) *nats.Msg {
+	t.Helper()
+	select {
+	case m := <-ch:
+		return m
+	case <-time.After(5 * time.Second):
+		t.Fatal(why)
+	}
+	return nil
 }
