@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"syscall"
 
 	"github.com/smtd/smtd/bench"
 )
@@ -55,7 +56,10 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "smtd bench: unknown benchmark %q (smtd bench --help lists them)\n", args[0])
 		return errUsage
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	// SIGTERM cancels a bench as Ctrl-C does, so that it can stop the
+	// daemon processes it started and remove what it created before it
+	// returns.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return b.run(ctx, stdout, args[1:])
 }
