@@ -287,20 +287,11 @@ func (r *workerRun) start(ctx context.Context) error {
 	})
 }
 
-// throughput starts the run, learns warmup images, then times the next n.
+// throughput starts the run, learns warmup images, times the next n and
+// then measures what the daemons spend idle.
 func (r *workerRun) throughput(ctx context.Context, train *dataset.Images, warmup, n int) (float64, error) {
-	if err := r.start(ctx); err != nil {
-		return 0, err
-	}
-	if _, err := r.learn(ctx, train, 0, warmup, 1); err != nil {
-		return 0, err
-	}
-	secs, err := r.learn(ctx, train, warmup, n, 1)
+	secs, err := r.timed(ctx, train, warmup, n, nil)
 	if err != nil {
-		return 0, err
-	}
-	r.secs = secs
-	if err := r.measure(); err != nil {
 		return 0, err
 	}
 	return secs, r.idle(ctx)
@@ -308,8 +299,9 @@ func (r *workerRun) throughput(ctx context.Context, train *dataset.Images, warmu
 
 // capped is throughput with one worker and the owner capped at fraction
 // of a core once the warm-up images are learned (the dictionary's
-// seeding, O(K²) a row on the owner, runs uncapped). It returns the
-// seconds the n timed images took; the owner's CPU is in r.ownerCPU.
+// seeding, O(K²) a row on the owner, runs uncapped), without the idle
+// window. It returns the seconds the n timed images took; the owner's
+// CPU is in r.ownerCPU.
 func (r *workerRun) capped(ctx context.Context, train *dataset.Images, warmup, n int, fraction float64) (secs float64, err error) {
 	q, err := newCPUQuota(fmt.Sprintf("smtd-bench-%d", os.Getpid()), fraction)
 	if err != nil {
@@ -321,18 +313,28 @@ func (r *workerRun) capped(ctx context.Context, train *dataset.Images, warmup, n
 			err = rerr
 		}
 	}()
+	return r.timed(ctx, train, warmup, n, func() error { return q.add(r.procs["d0"].cmd.Process.Pid) })
+}
+
+// timed starts the run, learns warmup images, calls warm (if not nil),
+// then times the next n images and measures the daemons' CPU over them.
+func (r *workerRun) timed(ctx context.Context, train *dataset.Images, warmup, n int, warm func() error) (float64, error) {
 	if err := r.start(ctx); err != nil {
 		return 0, err
 	}
 	if _, err := r.learn(ctx, train, 0, warmup, 1); err != nil {
 		return 0, err
 	}
-	if err := q.add(r.procs["d0"].cmd.Process.Pid); err != nil {
+	if warm != nil {
+		if err := warm(); err != nil {
+			return 0, err
+		}
+	}
+	secs, err := r.learn(ctx, train, warmup, n, 1)
+	if err != nil {
 		return 0, err
 	}
-	if secs, err = r.learn(ctx, train, warmup, n, 1); err != nil {
-		return 0, err
-	}
+	r.secs = secs
 	return secs, r.measure()
 }
 

@@ -20,8 +20,8 @@ const minQuotaMicros = 1000
 // cpuQuota is a Linux control group that caps the CPU time of the
 // processes in it to a fraction of one core (the CFS bandwidth
 // controller). Creating one needs root and the cpu controller, of cgroup
-// v2 (/sys/fs/cgroup/cgroup.controllers lists it) or of v1
-// (/sys/fs/cgroup/cpu).
+// v2 (/sys/fs/cgroup/cgroup.controllers lists it; the root group's
+// subtree_control is left with +cpu) or of v1 (/sys/fs/cgroup/cpu).
 type cpuQuota struct{ dir string }
 
 // newCPUQuota creates the group name, capped at fraction of a core.
