@@ -444,7 +444,7 @@ func (c *imageContribution) readSparse(r *state.Decoder) error {
 			// statistics require; fits checks them against K.
 			a := r.Uvarint()
 			if r.Bad() || a > 1<<31 || int(a) <= prev {
-				return fmt.Errorf("%w: f_gq atoms not increasing", errContribution)
+				return fmt.Errorf("%w: f_gq atoms cut short, out of range or not increasing", errContribution)
 			}
 			prev = int(a)
 			sp.Index = append(sp.Index, prev)

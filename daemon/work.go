@@ -638,8 +638,12 @@ func (o *workOwner) publishModel() {
 	// A version that repeats the one before, a text model between two
 	// solves, is sent as a reference to it: workers hold it already
 	// (one that does not asks for it by number and gets the bytes).
-	prev, repeat := pl.workVersions[pl.version-1]
-	repeat = repeat && pl.version > 0 && bytes.Equal(prev, b)
+	var prev []byte
+	repeat := false
+	if pl.version > 0 {
+		prev, repeat = pl.workVersions[pl.version-1]
+		repeat = repeat && bytes.Equal(prev, b)
+	}
 	if repeat {
 		b = prev
 	}

@@ -567,9 +567,9 @@ func (ws *WordStats) rehash(n int) {
 // grow doubles the table in place: in its array if it has the room (the
 // slots beyond its length are still zero: nothing writes there), else in
 // a new array with room for two more doublings (as rehash makes them),
-// the old table copied to its start. A fresh page costs a fault when first touched, about 13 µs a
-// 4 KiB page on the benchmark machine of BENCHMARKS.md; on the Brown
-// corpus the tables of 1,024 to 2,097,152 slots add up to 96 MiB when
+// the old table copied to its start. A fresh page costs a fault when
+// first touched, about 13 µs a 4 KiB page on the benchmark machine of
+// BENCHMARKS.md; on the Brown corpus the tables of 1,024 to 2,097,152 slots add up to 96 MiB when
 // each doubling moves into a new array, and to 55 MiB when two of three
 // are in place.
 //
