@@ -562,11 +562,11 @@ func clusterAccuracy(ctx context.Context, w io.Writer, root string, p config.Pip
 	return nil
 }
 
-// singleTop1 runs bench mnist's quick setting in one daemon and returns
-// its top-1, in percent.
+// singleTop1 runs bench mnist's quick setting in one daemon, with the
+// workers' K and batch.size, and returns its top-1, in percent.
 func singleTop1(ctx context.Context, p config.Pipeline, dir string, nTrain, nTest int, seed uint64) (float64, error) {
 	var out strings.Builder
-	if err := MNIST(ctx, &out, []string{"-mnist", dir, "-train", fmt.Sprint(nTrain), "-test", fmt.Sprint(nTest), "-k", fmt.Sprint(p.KMeans.Atoms), "-seed", fmt.Sprint(seed)}); err != nil {
+	if err := MNIST(ctx, &out, []string{"-mnist", dir, "-train", fmt.Sprint(nTrain), "-test", fmt.Sprint(nTest), "-k", fmt.Sprint(p.KMeans.Atoms), "-batch", fmt.Sprint(p.Batch.Size), "-seed", fmt.Sprint(seed)}); err != nil {
 		return 0, err
 	}
 	for _, line := range strings.Split(out.String(), "\n") {
