@@ -19,6 +19,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/smtd/smtd/config"
+	"github.com/smtd/smtd/daemon"
 	"github.com/smtd/smtd/dataset"
 	"github.com/smtd/smtd/internal/natscluster"
 )
@@ -79,6 +80,18 @@ import (
 // 1/q workers; below that the cluster slows, and the figure says by how
 // much.
 //
+// With -load N (8 by default; 0: not) it then measures the owner at
+// saturation, which this machine cannot reach with worker processes: one
+// worker learns the warm-up while the bench records the contributions it
+// sends (daemon.ContributionLoad); the worker stops, -load-images more
+// images are published, and N connections of the bench ask the owner
+// for their tasks and answer each at once with a recorded contribution.
+// The owner (GOMAXPROCS=1) merges as fast as it can. It prints
+// cluster_load_images_per_s, the owner's CPU fraction and CPU per 1,000
+// images over that run, cluster_load_owner_images_per_core_s (images/s
+// over the CPU fraction: what one whole owner core merges) and
+// cluster_workers_per_owner_at_load, that over cluster_workers_1_images_per_s.
+//
 // With -accuracy it then runs the quick MNIST setting of `smtd bench
 // mnist` (-accuracy-train images, two passes, -accuracy-test test
 // images; K = -k) in one daemon and with 2 and 3 workers, and prints the
@@ -108,12 +121,14 @@ func Cluster(ctx context.Context, w io.Writer, args []string) error {
 	idle := fs.Duration("idle", 10*time.Second, "how long the daemons are left idle after the timed run, to measure what they spend per second whatever they learn")
 	maxPayload := fs.Int("max-payload", 0, "the NATS server's max_payload in `bytes` (0: its default, 1 MiB); a contribution or model larger than it travels in chunks")
 	ownerQuota := fs.Float64("owner-quota", 0, "then time one worker once more with the owner capped at this `fraction` of a core by a cgroup CPU quota (needs root; 0: not)")
+	load := fs.Int("load", 8, "then drive the owner to saturation with this many `connections` replaying recorded contributions (0: not)")
+	loadImages := fs.Int("load-images", 96000, "-load: images published for the owner to merge")
 	keep := fs.Bool("keep", false, "keep the temporary directory (configs, stores, daemon logs)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *maxWorkers < 0 || *nTrain < 1 || *warmup < 0 || *maxPayload < 0 || (*precision != 32 && *precision != 64) || *idle < time.Second || *accRuns < 1 || *ownerQuota < 0 || *ownerQuota > 1 || (*ownerQuota > 0 && *maxWorkers < 1) {
-		return errors.New("bench cluster: -train and -accuracy-runs must be positive, -workers, -warmup and -max-payload not negative, -precision 32 or 64, -idle at least 1s, -owner-quota between 0 and 1 and with -workers at least 1")
+	if *maxWorkers < 0 || *nTrain < 1 || *warmup < 0 || *maxPayload < 0 || (*precision != 32 && *precision != 64) || *idle < time.Second || *accRuns < 1 || *ownerQuota < 0 || *ownerQuota > 1 || (*ownerQuota > 0 && *maxWorkers < 1) || *load < 0 || *loadImages < 1 {
+		return errors.New("bench cluster: -train, -accuracy-runs and -load-images must be positive, -workers, -warmup, -max-payload and -load not negative, -precision 32 or 64, -idle at least 1s, -owner-quota between 0 and 1 and with -workers at least 1")
 	}
 	train, err := dataset.ReadMNIST(*dir, "train")
 	if err != nil {
@@ -169,6 +184,22 @@ func Cluster(ctx context.Context, w io.Writer, args []string) error {
 		fmt.Fprintf(w, "cluster_quota_owner_cpu_fraction: %.4f\n", r.ownerCPU/secs)
 		fmt.Fprintf(w, "cluster_quota_owner_cpu_seconds_per_1000_images: %.3f\n", r.ownerCPU*1000/float64(timed))
 		fmt.Fprintf(w, "cluster_workers_per_owner_at_quota: %.1f\n", rate / *ownerQuota / oneWorker)
+	}
+	if *load > 0 && *maxWorkers > 0 {
+		r := &workerRun{root: filepath.Join(root, "load"), workers: 1, p: p, maxPayload: int32(*maxPayload)}
+		secs, err := r.saturate(ctx, train, *warmup, *loadImages, *load)
+		r.stop()
+		if err != nil {
+			return err
+		}
+		rate := float64(*loadImages) / secs
+		busy := r.ownerCPU / secs
+		fmt.Fprintf(w, "cluster_load_workers: %d\n", *load)
+		fmt.Fprintf(w, "cluster_load_images_per_s: %.0f\n", rate)
+		fmt.Fprintf(w, "cluster_load_owner_cpu_fraction: %.3f\n", busy)
+		fmt.Fprintf(w, "cluster_load_owner_cpu_seconds_per_1000_images: %.4f\n", r.ownerCPU*1000/float64(*loadImages))
+		fmt.Fprintf(w, "cluster_load_owner_images_per_core_s: %.0f\n", rate/busy)
+		fmt.Fprintf(w, "cluster_workers_per_owner_at_load: %.1f\n", rate/busy/oneWorker)
 	}
 	if !*accuracy {
 		return nil
@@ -314,6 +345,71 @@ func (r *workerRun) capped(ctx context.Context, train *dataset.Images, warmup, n
 		}
 	}()
 	return r.timed(ctx, train, warmup, n, func() error { return q.add(r.procs["d0"].cmd.Process.Pid) })
+}
+
+// saturate starts the run with one worker, learns warmup images while
+// recording the worker's contributions, stops the worker, publishes n
+// more images and times them from the first contribution replayed by
+// load connections to the last image applied; the owner's CPU over that
+// window is in r.ownerCPU.
+func (r *workerRun) saturate(ctx context.Context, train *dataset.Images, warmup, n, load int) (float64, error) {
+	if err := r.start(ctx); err != nil {
+		return 0, err
+	}
+	nc, js, err := r.nats.Connect()
+	if err != nil {
+		return 0, err
+	}
+	defer nc.Close()
+	rec, err := daemon.RecordContributions(nc, config.Default(), r.p.Name)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := r.learn(ctx, train, 0, warmup, 1); err != nil {
+		return 0, err
+	}
+	if rec.Recorded() == 0 {
+		return 0, errors.New("bench cluster: the warm-up sent no contribution past the dictionary's seeding: raise -warmup")
+	}
+	// From now on, the owner's tasks go to the replaying connections.
+	worker := r.procs["d1"]
+	worker.cmd.Process.Signal(syscall.SIGTERM)
+	worker.wait()
+	delete(r.procs, "d1")
+	// The owner answers a request it parked for the worker (its last)
+	// with no task after a second; a task handed to it would wait out
+	// workers.task_timeout.
+	time.Sleep(2 * time.Second)
+	for i := range n {
+		if _, err := js.PublishMsgAsync(imageMsg(r.p.Input.Subject, train, (warmup+i)%train.N)); err != nil {
+			return 0, err
+		}
+		if i%256 == 255 {
+			<-js.PublishAsyncComplete()
+		}
+	}
+	<-js.PublishAsyncComplete()
+	r.sent += n
+	owner := r.procs["d0"].cmd.Process.Pid
+	cpu0 := cpuSeconds(owner)
+	start := time.Now()
+	lctx, cancel := context.WithCancel(ctx)
+	replayed := make(chan error, 1)
+	go func() {
+		_, err := rec.Replay(lctx, load)
+		replayed <- err
+	}()
+	err = pollEvery(ctx, statusEvery, time.Hour, "every image applied", func() bool {
+		st, err := requestStatus(nc, config.Default().Subject("status"), time.Second)
+		return err == nil && st.Pipelines[0].LastSeq >= uint64(r.sent)
+	})
+	secs := time.Since(start).Seconds()
+	r.ownerCPU = cpuSeconds(owner) - cpu0
+	cancel()
+	if rerr := <-replayed; err == nil {
+		err = rerr
+	}
+	return secs, err
 }
 
 // timed starts the run, learns warmup images, calls warm (if not nil),

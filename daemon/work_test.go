@@ -885,3 +885,94 @@ func nextMsg(t testing.TB, ch <-chan *nats.Msg, why string) *nats.Msg {
 	}
 	return nil
 }
+
+// TestWorkContributionLoadReplays checks the owner load of smtd bench
+// cluster: it records the contributions workers send, past the
+// dictionary's seeding only, and answers the owner's tasks with them
+// under each task's id, epoch and version.
+func TestWorkContributionLoadReplays(t *testing.T) {
+	p := digitsPipeline("digits", "mnist.images", 16)
+	owner := newModel(&p, rand.NewPCG(1, 2)).(*imageModel)
+	batch := recordedBatch(t, &p, 16)
+	seeds, _ := owner.snapshot().(*imageModel).contribute(batch[:8], rand.NewPCG(1, 1), 1, 32)
+	if err := owner.applyContributions([][]byte{seeds}); err != nil {
+		t.Fatal(err)
+	}
+	hits, _ := owner.snapshot().(*imageModel).contribute(batch[8:], rand.NewPCG(1, 9), 1, 32)
+
+	ns := startNATS(t)
+	nc := connect(t, ns.ClientURL())
+	cfg := config.Default()
+	d := &Daemon{cfg: cfg, nc: nc}
+	load, err := RecordContributions(nc, cfg, p.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, enc := range [][]byte{seeds, hits} {
+		h := nats.Header{}
+		h.Set(headerWork, `{"task":1,"images":8}`)
+		if _, err := publishChunks(nc, d.workSubject(p.Name, "done"), h, enc, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nc.Flush()
+	deadline := time.Now().Add(5 * time.Second)
+	for load.Recorded() < 1 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond) // a second recording would be in by now
+	if n := load.Recorded(); n != 1 {
+		t.Fatalf("%d contributions recorded, want the one past the seeding", n)
+	}
+
+	// The owner: one task, then none.
+	task := workTask{ID: 41, Epoch: 3, Version: 7, Seqs: []uint64{41, 42, 43, 44, 45, 46, 47, 48}}
+	handed := false
+	if _, err := nc.Subscribe(d.workSubject(p.Name, "task"), func(m *nats.Msg) {
+		if handed {
+			m.Respond(nil)
+			return
+		}
+		handed = true
+		b, _ := json.Marshal(task)
+		m.Respond(b)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *nats.Msg, 1)
+	var asm assembly
+	if _, err := nc.Subscribe(d.workSubject(p.Name, "done"), func(m *nats.Msg) {
+		if whole := asm.add(m); whole != nil {
+			whole.Respond([]byte("ok"))
+			got <- whole
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	type result struct {
+		images int64
+		err    error
+	}
+	replayed := make(chan result, 1)
+	go func() {
+		n, err := load.Replay(ctx, 2)
+		replayed <- result{n, err}
+	}()
+	m := nextMsg(t, got, "no contribution replayed")
+	var meta workMeta
+	if err := json.Unmarshal([]byte(m.Header.Get(headerWork)), &meta); err != nil {
+		t.Fatal(err)
+	}
+	if meta.Task != task.ID || meta.Epoch != task.Epoch || meta.Version != task.Version || meta.Images != 8 || meta.Received != 8 {
+		t.Errorf("replayed under %+v, want task %d, epoch %d, version %d, 8 images", meta, task.ID, task.Epoch, task.Version)
+	}
+	if !bytes.Equal(m.Data, hits) {
+		t.Error("the replayed contribution is not the recorded one")
+	}
+	cancel() // the contribution in flight still gets its receipt
+	r := <-replayed
+	if r.err != nil || r.images != 8 {
+		t.Errorf("Replay: %d images, %v; want 8, nil", r.images, r.err)
+	}
+}
