@@ -53,6 +53,8 @@ type imageContribution struct {
 	white  online.WhitenContribution
 	km     online.KMeansContribution
 	codes  []int32 // f_vq code of every patch (−1: blank); nil without SMT
+	// varints is decode's scratch for the codes as sent (code+1).
+	varints []uint64
 	// sparse is the f_gq code of every patch with SMT and kmeans.code gq:
 	// its atoms and their cosines, before a video pipeline softens them.
 	sparse online.SparseCodes
@@ -606,19 +608,15 @@ func (c *imageContribution) readGradient(r *state.Decoder) error {
 			return fmt.Errorf("%w: gradient rows", errContribution)
 		}
 		prev = int(i)
-		row := c.grad.RawRowView(int(i))
+		read := r.FiniteF64s
 		if size == 4 {
-			r.F32s(row)
-		} else {
-			r.F64s(row)
+			read = r.FiniteF32s
 		}
-		if r.Bad() {
-			return fmt.Errorf("%w: gradient truncated", errContribution)
-		}
-		for _, v := range row {
-			if math.IsNaN(v) || math.IsInf(v, 0) {
-				return fmt.Errorf("%w: gradient not finite", errContribution)
+		if !read(c.grad.RawRowView(int(i))) {
+			if r.Bad() {
+				return fmt.Errorf("%w: gradient truncated", errContribution)
 			}
+			return fmt.Errorf("%w: gradient not finite", errContribution)
 		}
 	}
 	return nil
@@ -640,13 +638,17 @@ func (c *imageContribution) decode(b []byte) error {
 	if err := c.km.UnmarshalBinary(km); err != nil {
 		return fmt.Errorf("%w: k-means: %w", errContribution, err)
 	}
-	c.codes = slices.Grow(c.codes[:0], int(n))
-	for range n {
-		v := r.Uvarint()
-		if r.Bad() || v > 1<<31 {
+	c.varints = slices.Grow(c.varints[:0], int(n))[:n]
+	r.Uvarints(c.varints)
+	if r.Bad() {
+		return fmt.Errorf("%w: codes", errContribution)
+	}
+	c.codes = slices.Grow(c.codes[:0], int(n))[:n]
+	for i, v := range c.varints {
+		if v > 1<<31 {
 			return fmt.Errorf("%w: codes", errContribution)
 		}
-		c.codes = append(c.codes, int32(v)-1)
+		c.codes[i] = int32(v) - 1
 	}
 	if err := c.readGradient(r); err != nil {
 		return err

@@ -19,6 +19,7 @@ import (
 
 	"github.com/smtd/smtd/config"
 	"github.com/smtd/smtd/internal/state"
+	"github.com/smtd/smtd/online"
 )
 
 // workerPipeline is the deterministic worker-mode pipeline of the tests:
@@ -974,5 +975,46 @@ func TestWorkContributionLoadReplays(t *testing.T) {
 	r := <-replayed
 	if r.err != nil || r.images != 8 {
 		t.Errorf("Replay: %d images, %v; want 8, nil", r.images, r.err)
+	}
+}
+
+// BenchmarkWorkContributionDecode decodes a contribution of the size bench
+// cluster sends: 128 MNIST images (529 patches each), K = 4096 atoms of
+// 6x6 patches, an SMT gradient of dimension 32, in float32.
+func BenchmarkWorkContributionDecode(b *testing.B) {
+	const images, patches, k, dim, smtDim = 128, 529, 4096, 36, 32
+	rng := rand.New(rand.NewPCG(1, 2))
+	c := imageContribution{images: images}
+	c.white = online.WhitenContribution{Rows: images * patches, Mean: make([]float64, dim), Scatter: make([]float64, dim*dim)}
+	for i := range dim {
+		c.white.Scatter[i*dim+i] = 1
+	}
+	c.km = online.KMeansContribution{Hits: make([]float64, k), Sums: make([]float64, k*dim)}
+	c.codes = make([]int32, images*patches)
+	for i := range c.codes {
+		a := rng.IntN(k+1) - 1
+		c.codes[i] = int32(a)
+		if a >= 0 {
+			c.km.Rows++
+			c.km.Hits[a]++
+			for j := range dim {
+				c.km.Sums[a*dim+j] += rng.NormFloat64()
+			}
+		}
+	}
+	c.grad.ReuseAs(k, smtDim)
+	for i := range k {
+		for j := range smtDim {
+			c.grad.Set(i, j, rng.NormFloat64())
+		}
+	}
+	c.pairs, c.stepped = 4*int64(len(c.codes)), true
+	enc := c.encode(true)
+	var got imageContribution
+	b.SetBytes(int64(len(enc)))
+	for b.Loop() {
+		if err := got.decode(enc); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

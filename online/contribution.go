@@ -330,12 +330,11 @@ func (c *KMeansContribution) UnmarshalBinary(data []byte) error {
 			total += h
 			c.Hits[pos] = float64(h)
 			sum := c.Sums[pos*dim : (pos+1)*dim]
+			read := d.FiniteF64s
 			if size == 4 {
-				d.F32s(sum)
-			} else {
-				d.F64s(sum)
+				read = d.FiniteF32s
 			}
-			if !finite(sum) {
+			if !read(sum) {
 				return fail("non-finite sums")
 			}
 		}

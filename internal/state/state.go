@@ -170,26 +170,70 @@ func (d *Decoder) Uvarint() uint64 {
 }
 
 // F64s fills dst; after a failure it leaves dst as it was.
-func (d *Decoder) F64s(dst []float64) {
-	p := d.take(8 * len(dst))
-	if p == nil {
-		return
-	}
-	for i := range dst {
-		dst[i] = math.Float64frombits(binary.LittleEndian.Uint64(p[8*i:]))
-	}
-}
+func (d *Decoder) F64s(dst []float64) { d.FiniteF64s(dst) }
 
 // F32s fills dst with what Encoder.F32s wrote; after a failure it leaves
 // dst as it was.
-func (d *Decoder) F32s(dst []float64) {
+func (d *Decoder) F32s(dst []float64) { d.FiniteF32s(dst) }
+
+// FiniteF64s fills dst as F64s does and reports whether every value read
+// is finite (false after a failure), checked as it is read: a value is
+// not finite if its bits, sign aside, are at least those of +Inf.
+func (d *Decoder) FiniteF64s(dst []float64) bool {
+	p := d.take(8 * len(dst))
+	if p == nil {
+		return len(dst) == 0 && !d.bad
+	}
+	var most uint64
+	for i := range dst {
+		u := binary.LittleEndian.Uint64(p)
+		p = p[8:]
+		most = max(most, u&^(1<<63))
+		dst[i] = math.Float64frombits(u)
+	}
+	return most < 0x7ff<<52
+}
+
+// FiniteF32s fills dst as F32s does and reports whether every value read
+// is finite (false after a failure), checked as it is read.
+func (d *Decoder) FiniteF32s(dst []float64) bool {
 	p := d.take(4 * len(dst))
 	if p == nil {
+		return len(dst) == 0 && !d.bad
+	}
+	var most uint32
+	for i := range dst {
+		u := binary.LittleEndian.Uint32(p)
+		p = p[4:]
+		most = max(most, u&^(1<<31))
+		dst[i] = float64(math.Float32frombits(u))
+	}
+	return most < 0xff<<23
+}
+
+// Uvarints reads len(dst) unsigned varints.
+func (d *Decoder) Uvarints(dst []uint64) {
+	if d.bad {
 		return
 	}
+	b := d.b
 	for i := range dst {
-		dst[i] = float64(math.Float32frombits(binary.LittleEndian.Uint32(p[4*i:])))
+		// Values below 2¹⁴, the most common, take one or two bytes.
+		switch {
+		case len(b) > 0 && b[0] < 0x80:
+			dst[i], b = uint64(b[0]), b[1:]
+		case len(b) > 1 && b[1] < 0x80:
+			dst[i], b = uint64(b[0]&0x7f)|uint64(b[1])<<7, b[2:]
+		default:
+			v, n := binary.Uvarint(b)
+			if n <= 0 {
+				d.bad = true
+				return
+			}
+			dst[i], b = v, b[n:]
+		}
 	}
+	d.b = b
 }
 
 // I64s fills dst; after a failure it leaves dst as it was.

@@ -73,3 +73,72 @@ func TestDecoderFailsOnce(t *testing.T) {
 		t.Error("sparse vector longer than dst accepted")
 	}
 }
+
+// TestFiniteFloats checks that FiniteF64s and FiniteF32s read what F64s
+// and F32s read and tell an infinity or NaN anywhere, and a failed read.
+func TestFiniteFloats(t *testing.T) {
+	max32 := float64(math.MaxFloat32)
+	for _, tc := range []struct {
+		v    []float64
+		want bool
+	}{
+		{nil, true},
+		{[]float64{0, -1.5, max32, -max32, math.SmallestNonzeroFloat32}, true},
+		{[]float64{1, math.Inf(1)}, false},
+		{[]float64{math.Inf(-1), 1}, false},
+		{[]float64{2, math.NaN(), 3}, false},
+	} {
+		e := NewEncoder(nil)
+		e.F64s(tc.v)
+		e.F32s(tc.v)
+		d := NewDecoder(e.Bytes())
+		got64, got32 := make([]float64, len(tc.v)), make([]float64, len(tc.v))
+		if ok := d.FiniteF64s(got64); ok != tc.want {
+			t.Errorf("FiniteF64s(%v) = %v", tc.v, ok)
+		}
+		if ok := d.FiniteF32s(got32); ok != tc.want || !d.Done() {
+			t.Errorf("FiniteF32s(%v) = %v", tc.v, ok)
+		}
+		for i, x := range tc.v {
+			if !(got64[i] == x || math.IsNaN(x) && math.IsNaN(got64[i])) {
+				t.Errorf("FiniteF64s read %v, want %v", got64, tc.v)
+			}
+			if y := float64(float32(x)); !(got32[i] == y || math.IsNaN(y) && math.IsNaN(got32[i])) {
+				t.Errorf("FiniteF32s read %v, want %v", got32, tc.v)
+			}
+		}
+	}
+	d := NewDecoder(make([]byte, 7))
+	if d.FiniteF64s(make([]float64, 1)) || !d.Bad() {
+		t.Error("a short read counts as finite")
+	}
+}
+
+// TestUvarints checks Uvarints against Uvarint, at the one- and two-byte
+// boundaries and beyond, and that a truncated varint fails.
+func TestUvarints(t *testing.T) {
+	want := []uint64{0, 1, 127, 128, 4097, 16383, 16384, 1 << 31, math.MaxUint64}
+	e := NewEncoder(nil)
+	for _, v := range want {
+		e.Uvarint(v)
+	}
+	b := e.Bytes()
+	got := make([]uint64, len(want))
+	d := NewDecoder(b)
+	d.Uvarints(got)
+	if !d.Done() {
+		t.Fatal("Uvarints did not read every varint")
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("varint %d: %d, want %d", i, got[i], want[i])
+		}
+	}
+	for cut := range len(b) {
+		d := NewDecoder(b[:cut])
+		d.Uvarints(got)
+		if !d.Bad() {
+			t.Errorf("%d of %d bytes read without failing", cut, len(b))
+		}
+	}
+}
