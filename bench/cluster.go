@@ -390,6 +390,10 @@ func (r *workerRun) saturate(ctx context.Context, train *dataset.Images, warmup,
 	}
 	<-js.PublishAsyncComplete()
 	r.sent += n
+	before, err := requestStatus(nc, config.Default().Subject("status"), time.Second)
+	if err != nil {
+		return 0, err
+	}
 	owner := r.procs["d0"].cmd.Process.Pid
 	cpu0 := cpuSeconds(owner)
 	start := time.Now()
@@ -399,8 +403,10 @@ func (r *workerRun) saturate(ctx context.Context, train *dataset.Images, warmup,
 		_, err := rec.Replay(lctx, load)
 		replayed <- err
 	}()
+	var after daemon.Status
 	err = pollEvery(ctx, statusEvery, time.Hour, "every image applied", func() bool {
 		st, err := requestStatus(nc, config.Default().Subject("status"), time.Second)
+		after = st
 		return err == nil && st.Pipelines[0].LastSeq >= uint64(r.sent)
 	})
 	secs := time.Since(start).Seconds()
@@ -408,6 +414,14 @@ func (r *workerRun) saturate(ctx context.Context, train *dataset.Images, warmup,
 	cancel()
 	if rerr := <-replayed; err == nil {
 		err = rerr
+	}
+	// Every step must have been learned, not refused or rolled back:
+	// those cost the owner less. (The learned count itself follows the
+	// recorded contributions' images: a task the owner cut short, as
+	// the input arrived, is answered with a whole minibatch's when no
+	// shorter one was recorded.)
+	if b, a := before.Pipelines[0], after.Pipelines[0]; err == nil && a.NotLearned != b.NotLearned {
+		err = fmt.Errorf("bench cluster: the owner refused or rolled back %d of the images replayed", a.NotLearned-b.NotLearned)
 	}
 	return secs, err
 }

@@ -43,12 +43,13 @@ type recordedContribution struct {
 }
 
 // loadKeep is how many recorded contributions ContributionLoad keeps.
-const loadKeep = 16
+const loadKeep = 32
 
 // RecordContributions starts recording the contributions that workers
 // send to the owner of pipeline, on nc, with the subjects of cfg. Only
 // contributions of a dictionary past its seeding are kept (those
-// carrying its first rows are few and cost the owner otherwise).
+// carrying its first rows are few and cost the owner otherwise); Replay
+// answers a task with one of as many images as the task has messages.
 func RecordContributions(nc *nats.Conn, cfg *config.Config, pipeline string) (*ContributionLoad, error) {
 	l := &ContributionLoad{nc: nc, subject: func(what string) string { return cfg.Subject("work." + pipeline + "." + what) }}
 	var asm assembly
@@ -116,7 +117,7 @@ func (l *ContributionLoad) Replay(ctx context.Context, workers int) (int64, erro
 					continue // no task now, or the owner busy: ask again
 				}
 				mu.Lock()
-				c := recorded[next%len(recorded)]
+				c := pick(recorded, len(t.Seqs), next)
 				next++
 				mu.Unlock()
 				meta := workMeta{Task: t.ID, Epoch: t.Epoch, Daemon: name, Version: t.Version, Received: int64(len(t.Seqs)), Images: c.images}
@@ -137,6 +138,21 @@ func (l *ContributionLoad) Replay(ctx context.Context, workers int) (int64, erro
 	}
 	wg.Wait()
 	return images, failed
+}
+
+// pick returns the n-th of the recorded contributions of as many images
+// as the task has messages, or the n-th of all if none has.
+func pick(recorded []recordedContribution, images, n int) recordedContribution {
+	var fit []recordedContribution
+	for _, c := range recorded {
+		if c.images == images {
+			fit = append(fit, c)
+		}
+	}
+	if len(fit) == 0 {
+		fit = recorded
+	}
+	return fit[n%len(fit)]
 }
 
 // task asks the owner for a task as a worker named name; nil: none now.
