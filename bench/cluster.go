@@ -122,7 +122,7 @@ func Cluster(ctx context.Context, w io.Writer, args []string) error {
 	maxPayload := fs.Int("max-payload", 0, "the NATS server's max_payload in `bytes` (0: its default, 1 MiB); a contribution or model larger than it travels in chunks")
 	ownerQuota := fs.Float64("owner-quota", 0, "then time one worker once more with the owner capped at this `fraction` of a core by a cgroup CPU quota (needs root; 0: not)")
 	load := fs.Int("load", 8, "then drive the owner to saturation with this many `connections` replaying recorded contributions (0: not)")
-	loadImages := fs.Int("load-images", 96000, "-load: images published for the owner to merge")
+	loadImages := fs.Int("load-images", 192000, "-load: images published for the owner to merge")
 	keep := fs.Bool("keep", false, "keep the temporary directory (configs, stores, daemon logs)")
 	if err := fs.Parse(args); err != nil {
 		return err

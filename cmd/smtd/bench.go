@@ -23,7 +23,7 @@ var benchmarks = map[string]struct {
 	"admm-patches":   {bench.ADMMPatches, "ADMM dictionary learning on 16x16 natural image patches: R², atoms as a PNG grid"},
 	"strip":          {bench.Strip, "non-redundant vs plain Laplacian eigenmaps on a 2-D strip and a Swiss roll: redundancy of the 2nd coordinate, correlation with the short axis"},
 	"lem-mnist":      {bench.LEMMNIST, "plain vs non-redundant Laplacian eigenmaps of 15,000 MNIST digits: KNN error with 3-11 coordinates, run time"},
-	"cluster":        {bench.Cluster, "worker mode: images/s learned by 1, 2, 3 worker processes (GOMAXPROCS=1 each) of one owner; CPU and NATS bytes of owner and workers per 1000 images, and their CPU when idle; workers one owner can feed, also by its CPU beyond idle; -accuracy: quick MNIST top-1 of one daemon vs 2 and 3 workers"},
+	"cluster":        {bench.Cluster, "worker mode: images/s learned by 1, 2, 3 worker processes (GOMAXPROCS=1 each) of one owner; CPU and NATS bytes of owner and workers per 1000 images, and their CPU when idle; workers one owner can feed, also by its CPU beyond idle and, with -load, by the images/s it merges at saturation from replayed contributions; -accuracy: quick MNIST top-1 of one daemon vs 2 and 3 workers"},
 	"disc":           {bench.Disc, "temporal SMT on the unit disc (sparse-manifold-transform section 2): landmark coordinates and Zernike polynomials in the embedding rows"},
 	"video":          {bench.Video, "temporal SMT on natural video panned over photos: straightening ratio on held-out clips vs sparse codes and PCA"},
 	"kmeans":         {bench.KMeans, "online spherical k-means: learning and assignment patches/s on whitened 6x6 MNIST patches, next to gonum dgemm GFLOP/s"},
