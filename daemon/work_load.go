@@ -113,8 +113,14 @@ func (l *ContributionLoad) Replay(ctx context.Context, workers int) (int64, erro
 			name := fmt.Sprintf("load-%d", i)
 			for ctx.Err() == nil {
 				t, err := l.task(ctx, name)
-				if err != nil || t == nil {
-					continue // no task now, or the owner busy: ask again
+				if err != nil {
+					// No owner (yet): ask again shortly, not in a
+					// busy loop.
+					sleep(ctx, 10*time.Millisecond)
+					continue
+				}
+				if t == nil {
+					continue // no task now: ask again
 				}
 				mu.Lock()
 				c := pick(recorded, len(t.Seqs), next)
