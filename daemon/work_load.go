@@ -47,8 +47,9 @@ const loadKeep = 32
 
 // RecordContributions starts recording the contributions that workers
 // send to the owner of pipeline, on nc, with the subjects of cfg. Only
-// contributions of a dictionary past its seeding are kept (those
-// carrying its first rows are few and cost the owner otherwise); Replay
+// contributions of an image pipeline whose dictionary is past its
+// seeding are kept (those carrying its first rows are few and cost the
+// owner otherwise); Replay
 // answers a task with one of as many images as the task has messages.
 func RecordContributions(nc *nats.Conn, cfg *config.Config, pipeline string) (*ContributionLoad, error) {
 	l := &ContributionLoad{nc: nc, subject: func(what string) string { return cfg.Subject("work." + pipeline + "." + what) }}
