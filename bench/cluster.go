@@ -16,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"gopkg.in/yaml.v3"
 
 	"github.com/smtd/smtd/config"
@@ -380,16 +381,9 @@ func (r *workerRun) saturate(ctx context.Context, train *dataset.Images, warmup,
 	// with no task after a second; a task handed to it would wait out
 	// workers.task_timeout.
 	time.Sleep(2 * time.Second)
-	for i := range n {
-		if _, err := js.PublishMsgAsync(imageMsg(r.p.Input.Subject, train, (warmup+i)%train.N)); err != nil {
-			return 0, err
-		}
-		if i%256 == 255 {
-			<-js.PublishAsyncComplete()
-		}
+	if err := r.publish(js, train, warmup, n, 1); err != nil {
+		return 0, err
 	}
-	<-js.PublishAsyncComplete()
-	r.sent += n
 	before, err := requestStatus(nc, config.Default().Subject("status"), time.Second)
 	if err != nil {
 		return 0, err
@@ -403,12 +397,7 @@ func (r *workerRun) saturate(ctx context.Context, train *dataset.Images, warmup,
 		_, err := rec.Replay(lctx, load)
 		replayed <- err
 	}()
-	var after daemon.Status
-	err = pollEvery(ctx, statusEvery, time.Hour, "every image applied", func() bool {
-		st, err := requestStatus(nc, config.Default().Subject("status"), time.Second)
-		after = st
-		return err == nil && st.Pipelines[0].LastSeq >= uint64(r.sent)
-	})
+	after, err := r.applied(ctx, nc)
 	secs := time.Since(start).Seconds()
 	r.ownerCPU = cpuSeconds(owner) - cpu0
 	cancel()
@@ -502,22 +491,10 @@ func (r *workerRun) learn(ctx context.Context, train *dataset.Images, from, n, p
 	bytes0 := r.connBytes()
 	r.ownerBytes, r.workersBytes = 0, 0
 	start := time.Now()
-	for pass := range passes {
-		for i := range n {
-			if _, err := js.PublishMsgAsync(imageMsg(r.p.Input.Subject, train, from+i)); err != nil {
-				return 0, err
-			}
-			if (pass*n+i)%256 == 255 {
-				<-js.PublishAsyncComplete()
-			}
-		}
+	if err := r.publish(js, train, from, n, passes); err != nil {
+		return 0, err
 	}
-	<-js.PublishAsyncComplete()
-	r.sent += passes * n
-	err = pollEvery(ctx, statusEvery, time.Hour, "every image applied", func() bool {
-		st, err := requestStatus(nc, config.Default().Subject("status"), time.Second)
-		return err == nil && st.Pipelines[0].LastSeq >= uint64(r.sent)
-	})
+	_, err = r.applied(ctx, nc)
 	secs := time.Since(start).Seconds()
 	for name, b := range r.connBytes() {
 		if name == "d0" {
@@ -527,6 +504,37 @@ func (r *workerRun) learn(ctx context.Context, train *dataset.Images, from, n, p
 		}
 	}
 	return secs, err
+}
+
+// publish publishes images from..from+n−1 of train (past its end, from
+// its start again) passes times and waits for the server to store them.
+func (r *workerRun) publish(js jetstream.JetStream, train *dataset.Images, from, n, passes int) error {
+	for k := range passes * n {
+		if _, err := js.PublishMsgAsync(imageMsg(r.p.Input.Subject, train, (from+k%n)%train.N)); err != nil {
+			return err
+		}
+		if k%256 == 255 {
+			<-js.PublishAsyncComplete()
+		}
+	}
+	<-js.PublishAsyncComplete()
+	r.sent += passes * n
+	return nil
+}
+
+// applied waits until the owner has applied every image published and
+// returns its status then.
+func (r *workerRun) applied(ctx context.Context, nc *nats.Conn) (daemon.Status, error) {
+	var last daemon.Status
+	err := pollEvery(ctx, statusEvery, time.Hour, "every image applied", func() bool {
+		st, err := requestStatus(nc, config.Default().Subject("status"), time.Second)
+		if err != nil {
+			return false
+		}
+		last = st
+		return st.Pipelines[0].LastSeq >= uint64(r.sent)
+	})
+	return last, err
 }
 
 // measure adds up the CPU time of the owner and of the workers since
