@@ -1147,13 +1147,18 @@ func (w *worker) ask(ctx context.Context, version uint64) {
 	}
 }
 
-// work asks the owner for a task and does it.
+// request asks the owner for a task; nil: none now.
 func (w *worker) request(ctx context.Context) (*workTask, error) {
-	d, pl := w.d, w.pl
-	req := nats.NewMsg(d.workSubject(pl.name, "task"))
-	req.Header.Set(HeaderDaemon, w.self)
+	return requestTask(ctx, w.d.nc, w.d.workSubject(w.pl.name, "task"), w.self)
+}
+
+// requestTask asks the owner on subject for a task as the worker named
+// self, waiting at most workTaskWait; nil: no task now.
+func requestTask(ctx context.Context, nc *nats.Conn, subject, self string) (*workTask, error) {
+	req := nats.NewMsg(subject)
+	req.Header.Set(HeaderDaemon, self)
 	rctx, cancel := context.WithTimeout(ctx, workTaskWait)
-	r, err := d.nc.RequestMsgWithContext(rctx, req)
+	r, err := nc.RequestMsgWithContext(rctx, req)
 	cancel()
 	if err != nil {
 		return nil, err
@@ -1202,25 +1207,31 @@ func (w *worker) work(ctx context.Context, t *workTask) error {
 // contributions. One contribution is sent at a time: send waits for the
 // previous one's receipt first, so that a worker holds at most two.
 func (w *worker) send(ctx context.Context, t *workTask, meta *workMeta, enc []byte) {
-	d, pl := w.d, w.pl
-	h := nats.Header{}
-	b, _ := json.Marshal(meta)
-	h.Set(headerWork, string(b))
+	m := *meta
 	w.sending <- struct{}{}
 	w.sends.Add(1)
 	go func() {
 		defer func() { <-w.sending; w.sends.Done() }()
-		reply, err := publishChunks(d.nc, d.workSubject(pl.name, "done"), h, enc, 10*time.Second)
-		switch {
-		case err != nil:
-			err = fmt.Errorf("smtd: sending a contribution: %w", err)
-		case string(reply.Data) != "ok":
-			err = fmt.Errorf("smtd: contribution refused: %s", reply.Data)
-		}
-		if err != nil && ctx.Err() == nil {
+		if err := deliver(w.d.nc, w.d.workSubject(w.pl.name, "done"), &m, enc); err != nil && ctx.Err() == nil {
 			w.failed(t, err)
 		}
 	}()
+}
+
+// deliver sends a contribution, with meta in its headers, on subject (in
+// chunks) and waits for the owner's receipt.
+func deliver(nc *nats.Conn, subject string, meta *workMeta, enc []byte) error {
+	h := nats.Header{}
+	b, _ := json.Marshal(meta)
+	h.Set(headerWork, string(b))
+	reply, err := publishChunks(nc, subject, h, enc, 10*time.Second)
+	switch {
+	case err != nil:
+		return fmt.Errorf("smtd: sending a contribution: %w", err)
+	case string(reply.Data) != "ok":
+		return fmt.Errorf("smtd: contribution refused: %s", reply.Data)
+	}
+	return nil
 }
 
 // failed logs a task that the worker could not do or deliver.

@@ -102,6 +102,12 @@ func (l *ContributionLoad) Replay(ctx context.Context, workers int) (int64, erro
 	if len(recorded) == 0 {
 		return 0, errors.New("smtd: no contribution recorded to replay")
 	}
+	// The contributions of each size, for the tasks of that many
+	// messages.
+	bySize := map[int][]recordedContribution{}
+	for _, c := range recorded {
+		bySize[c.images] = append(bySize[c.images], c)
+	}
 	var (
 		wg     sync.WaitGroup
 		mu     sync.Mutex
@@ -113,7 +119,7 @@ func (l *ContributionLoad) Replay(ctx context.Context, workers int) (int64, erro
 		wg.Go(func() {
 			name := fmt.Sprintf("load-%d", i)
 			for ctx.Err() == nil {
-				t, err := l.task(ctx, name)
+				t, err := requestTask(ctx, l.nc, l.subject("task"), name)
 				if err != nil {
 					// No owner (yet): ask again shortly, not in a
 					// busy loop.
@@ -123,21 +129,22 @@ func (l *ContributionLoad) Replay(ctx context.Context, workers int) (int64, erro
 				if t == nil {
 					continue // no task now: ask again
 				}
+				fit := bySize[len(t.Seqs)]
+				if len(fit) == 0 {
+					fit = recorded
+				}
 				mu.Lock()
-				c := pick(recorded, len(t.Seqs), next)
+				c := fit[next%len(fit)]
 				next++
 				mu.Unlock()
 				meta := workMeta{Task: t.ID, Epoch: t.Epoch, Daemon: name, Version: t.Version, Received: int64(len(t.Seqs)), Images: c.images}
-				b, _ := json.Marshal(meta)
-				h := nats.Header{}
-				h.Set(headerWork, string(b))
-				reply, err := publishChunks(l.nc, l.subject("done"), h, c.data, 10*time.Second)
+				err = deliver(l.nc, l.subject("done"), &meta, c.data)
 				mu.Lock()
 				switch {
-				case err == nil && string(reply.Data) == "ok":
+				case err == nil:
 					images += int64(c.images)
-				case err != nil && ctx.Err() == nil:
-					failed = cmp.Or(failed, fmt.Errorf("smtd: replaying a contribution: %w", err))
+				case ctx.Err() == nil:
+					failed = cmp.Or(failed, err)
 				}
 				mu.Unlock()
 			}
@@ -145,33 +152,4 @@ func (l *ContributionLoad) Replay(ctx context.Context, workers int) (int64, erro
 	}
 	wg.Wait()
 	return images, failed
-}
-
-// pick returns the n-th of the recorded contributions of as many images
-// as the task has messages, or the n-th of all if none has.
-func pick(recorded []recordedContribution, images, n int) recordedContribution {
-	var fit []recordedContribution
-	for _, c := range recorded {
-		if c.images == images {
-			fit = append(fit, c)
-		}
-	}
-	if len(fit) == 0 {
-		fit = recorded
-	}
-	return fit[n%len(fit)]
-}
-
-// task asks the owner for a task as a worker named name; nil: none now.
-func (l *ContributionLoad) task(ctx context.Context, name string) (*workTask, error) {
-	req := nats.NewMsg(l.subject("task"))
-	req.Header.Set(HeaderDaemon, name)
-	rctx, cancel := context.WithTimeout(ctx, workTaskWait)
-	defer cancel()
-	r, err := l.nc.RequestMsgWithContext(rctx, req)
-	if err != nil || len(r.Data) == 0 {
-		return nil, err
-	}
-	t := new(workTask)
-	return t, json.Unmarshal(r.Data, t)
 }
