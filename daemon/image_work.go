@@ -453,11 +453,7 @@ func (c *imageContribution) readSparse(r *state.Decoder) error {
 		}
 		from := len(sp.Cos)
 		sp.Cos = append(sp.Cos, make([]float64, n)...)
-		if width == 4 {
-			r.F32s(sp.Cos[from:])
-		} else {
-			r.F64s(sp.Cos[from:])
-		}
+		r.FiniteFloats(sp.Cos[from:], width == 4) // the range check below refuses the rest
 		if r.Bad() {
 			return fmt.Errorf("%w: f_gq codes truncated", errContribution)
 		}
@@ -608,11 +604,7 @@ func (c *imageContribution) readGradient(r *state.Decoder) error {
 			return fmt.Errorf("%w: gradient rows", errContribution)
 		}
 		prev = int(i)
-		read := r.FiniteF64s
-		if size == 4 {
-			read = r.FiniteF32s
-		}
-		if !read(c.grad.RawRowView(int(i))) {
+		if !r.FiniteFloats(c.grad.RawRowView(int(i)), size == 4) {
 			if r.Bad() {
 				return fmt.Errorf("%w: gradient truncated", errContribution)
 			}

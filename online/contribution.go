@@ -330,11 +330,7 @@ func (c *KMeansContribution) UnmarshalBinary(data []byte) error {
 			total += h
 			c.Hits[pos] = float64(h)
 			sum := c.Sums[pos*dim : (pos+1)*dim]
-			read := d.FiniteF64s
-			if size == 4 {
-				read = d.FiniteF32s
-			}
-			if !read(sum) {
+			if !d.FiniteFloats(sum, size == 4) {
 				return fail("non-finite sums")
 			}
 		}

@@ -211,6 +211,15 @@ func (d *Decoder) FiniteF32s(dst []float64) bool {
 	return most < 0xff<<23
 }
 
+// FiniteFloats is FiniteF32s with f32, else FiniteF64s: for sections
+// whose width the encoder chose.
+func (d *Decoder) FiniteFloats(dst []float64, f32 bool) bool {
+	if f32 {
+		return d.FiniteF32s(dst)
+	}
+	return d.FiniteF64s(dst)
+}
+
 // Uvarints reads len(dst) unsigned varints.
 func (d *Decoder) Uvarints(dst []uint64) {
 	if d.bad {
