@@ -569,9 +569,9 @@ func (ws *WordStats) rehash(n int) {
 // a new array with room for two more doublings (as rehash makes them),
 // the old table copied to its start. A fresh page costs a fault when
 // first touched, about 13 µs a 4 KiB page on the benchmark machine of
-// BENCHMARKS.md; on the Brown corpus the tables of 1,024 to 2,097,152 slots add up to 96 MiB when
-// each doubling moves into a new array, and to 55 MiB when two of three
-// are in place.
+// BENCHMARKS.md; on the Brown corpus the tables of 1,024 to 2,097,152
+// slots add up to 96 MiB when each doubling moves into a new array, and
+// to 55 MiB when two of three are in place.
 //
 // In place, the pairs move from the highest old slot down, each to the
 // first free slot at or after its new home, which the pass has already
