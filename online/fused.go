@@ -139,6 +139,17 @@ type fusedScratch struct {
 	best []int32   // atoms of reduce
 }
 
+// argmaxChunk bounds the multiply-adds (rows × atoms × Dim) of one call of
+// the argmax kernel, about 0.1 ms of a core. Go cannot preempt a goroutine
+// inside an assembly function, so a longer call would hold up every
+// stop-the-world of the garbage collector, and with it every goroutine of
+// the process: one call for a batch of 32 MNIST images against 4096 atoms
+// (17,000 patches, 2.5 G multiply-adds) held sweep termination for up to
+// 28 ms (GODEBUG=gctrace=1 during `smtd bench throughput -k 4096`), in
+// the middle of the queries the daemon answers while it learns. The rows
+// are independent, so the split changes no result.
+const argmaxChunk = 1 << 22
+
 // argmaxFused sets s.best and s.cos for the m compacted rows of s.x,
 // scored against the first seeded atoms of pack by kernel kn: the first
 // atom of largest cosine and that cosine, or −1 and 0 with no atom.
@@ -166,7 +177,13 @@ func (s *scratch) argmaxFused(kn *kernel, pack *packedAtoms, seeded, m int) {
 		f.max[i] = inf
 	}
 	clear(f.idx)
-	kn.argmax(f.x, blocks, dim, pack.data, panelsFor(seeded), f.max, f.idx)
+	panels := panelsFor(seeded)
+	step := max(1, argmaxChunk/(kn.rows*panels*panelWidth*dim)) // blocks per call
+	for b0 := 0; b0 < blocks; b0 += step {
+		b1 := min(blocks, b0+step)
+		x0, o0 := b0*kn.rows*dim, b0*kn.rows*panelWidth
+		kn.argmax(f.x[x0:], b1-b0, dim, pack.data, panels, f.max[o0:], f.idx[o0:])
+	}
 	if kn.reduce != nil {
 		f.best = grow(f.best, m)
 		f.cos = grow(f.cos, m)

@@ -135,6 +135,7 @@ func TestFusedKernelsRandom(t *testing.T) {
 	for _, kn := range kernels() {
 		for _, sz := range []struct{ m, k, dim int }{
 			{1, 1, 1}, {7, 33, 36}, {64, 256, 36}, {25, 100, 3}, {9, 1000, 108}, {17, 65, 300},
+			{701, 1000, 36}, // several calls of argmaxChunk
 		} {
 			t.Run(fmt.Sprintf("%s/m=%d,k=%d,dim=%d", kn.name, sz.m, sz.k, sz.dim), func(t *testing.T) {
 				c := newScoreCase(rng, sz.m, sz.k, sz.dim)
