@@ -661,7 +661,7 @@ func (o *workOwner) publishModel() {
 		h.Set(headerModelSame, strconv.FormatUint(pl.version-1, 10))
 		b = nil
 	}
-	if _, err := publishChunks(pl.d.nc, pl.d.workSubject(pl.name, "model"), h, b, 0); err != nil {
+	if err := publishChunks(pl.d.nc, pl.d.workSubject(pl.name, "model"), h, b); err != nil {
 		pl.log.Warn().Err(err).Msg("worker mode: publishing the model")
 	}
 }
@@ -689,7 +689,7 @@ func (o *workOwner) serveModel(m *nats.Msg) {
 	if err != nil || !ok {
 		v, b = o.pl.version, o.pl.workVersions[o.pl.version]
 	}
-	if _, err := publishChunks(o.pl.d.nc, m.Reply, o.modelHeader(v), b, 0); err != nil {
+	if err := publishChunks(o.pl.d.nc, m.Reply, o.modelHeader(v), b); err != nil {
 		o.pl.log.Warn().Err(err).Msg("worker mode: sending a model")
 	}
 }
@@ -782,12 +782,27 @@ const (
 )
 
 // publishChunks publishes data on subject in pieces that fit the server's
-// max_payload, each with the headers h, a transfer id and its index; with
-// a timeout, the last piece is a request and its reply is returned.
+// max_payload, each with the headers h, a transfer id and its index.
 // Pieces of one publisher reach a subscriber in order; a transfer with a
 // piece lost is never completed (assembly drops it), and its sender asks
 // again.
-func publishChunks(nc *nats.Conn, subject string, h nats.Header, data []byte, timeout time.Duration) (*nats.Msg, error) {
+func publishChunks(nc *nats.Conn, subject string, h nats.Header, data []byte) error {
+	return eachChunk(nc, subject, h, data, nc.PublishMsg)
+}
+
+// requestChunks is publishChunks with the last piece a request: it
+// returns the reply, waiting for it until ctx is done.
+func requestChunks(ctx context.Context, nc *nats.Conn, subject string, h nats.Header, data []byte) (reply *nats.Msg, err error) {
+	err = eachChunk(nc, subject, h, data, func(m *nats.Msg) (err error) {
+		reply, err = nc.RequestMsgWithContext(ctx, m)
+		return err
+	})
+	return reply, err
+}
+
+// eachChunk cuts data into the pieces of publishChunks, publishes all
+// but the last and hands the last to send.
+func eachChunk(nc *nats.Conn, subject string, h nats.Header, data []byte, send func(*nats.Msg) error) error {
 	mp := int(nc.MaxPayload())
 	size := mp - min(16<<10, mp/4) // room for the headers
 	n := max(1, (len(data)+size-1)/size)
@@ -800,14 +815,14 @@ func publishChunks(nc *nats.Conn, subject string, h nats.Header, data []byte, ti
 		m.Header.Set(headerTransfer, id)
 		m.Header.Set(headerChunk, fmt.Sprintf("%d/%d", i, n))
 		m.Data = data[i*size : min(len(data), (i+1)*size)]
-		if i == n-1 && timeout > 0 {
-			return nc.RequestMsg(m, timeout)
+		if i == n-1 {
+			return send(m)
 		}
 		if err := nc.PublishMsg(m); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return nil, nil
+	return nil
 }
 
 // assembly puts chunked transfers together. It is used by one
@@ -1208,23 +1223,30 @@ func (w *worker) work(ctx context.Context, t *workTask) error {
 // previous one's receipt first, so that a worker holds at most two.
 func (w *worker) send(ctx context.Context, t *workTask, meta *workMeta, enc []byte) {
 	m := *meta
-	w.sending <- struct{}{}
+	select {
+	case w.sending <- struct{}{}:
+	case <-ctx.Done():
+		return // shutting down: the owner hands the task out again
+	}
 	w.sends.Add(1)
 	go func() {
 		defer func() { <-w.sending; w.sends.Done() }()
-		if err := deliver(w.d.nc, w.d.workSubject(w.pl.name, "done"), &m, enc); err != nil && ctx.Err() == nil {
+		if err := deliver(ctx, w.d.nc, w.d.workSubject(w.pl.name, "done"), &m, enc); err != nil && ctx.Err() == nil {
 			w.failed(t, err)
 		}
 	}()
 }
 
 // deliver sends a contribution, with meta in its headers, on subject (in
-// chunks) and waits for the owner's receipt.
-func deliver(nc *nats.Conn, subject string, meta *workMeta, enc []byte) error {
+// chunks) and waits for the owner's receipt, for at most 10 s or until
+// ctx is done.
+func deliver(ctx context.Context, nc *nats.Conn, subject string, meta *workMeta, enc []byte) error {
 	h := nats.Header{}
 	b, _ := json.Marshal(meta)
 	h.Set(headerWork, string(b))
-	reply, err := publishChunks(nc, subject, h, enc, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	reply, err := requestChunks(ctx, nc, subject, h, enc)
 	switch {
 	case err != nil:
 		return fmt.Errorf("smtd: sending a contribution: %w", err)

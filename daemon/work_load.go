@@ -138,7 +138,8 @@ func (l *ContributionLoad) Replay(ctx context.Context, workers int) (int64, erro
 				next++
 				mu.Unlock()
 				meta := workMeta{Task: t.ID, Epoch: t.Epoch, Daemon: name, Version: t.Version, Received: int64(len(t.Seqs)), Images: c.images}
-				err = deliver(l.nc, l.subject("done"), &meta, c.data)
+				// The receipt of the contribution in flight when ctx is done counts.
+				err = deliver(context.WithoutCancel(ctx), l.nc, l.subject("done"), &meta, c.data)
 				mu.Lock()
 				switch {
 				case err == nil:

@@ -330,7 +330,9 @@ func TestWorkChunksReassemble(t *testing.T) {
 	}
 	h := nats.Header{}
 	h.Set("Smtd-Test", "kept")
-	reply, err := publishChunks(nc, "chunks", h, data, 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	reply, err := requestChunks(ctx, nc, "chunks", h, data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -874,6 +876,42 @@ func TestWorkerSendsWithoutAwaitingReceipt(t *testing.T) {
 	w.sends.Wait()
 }
 
+// A worker that is stopped while its contribution waits for the owner's
+// receipt, with the next one coded, stops at once: it neither waits for
+// the receipt nor sends the next (the owner hands both tasks out again).
+func TestWorkerSendStopsWithContext(t *testing.T) {
+	ns := startNATS(t)
+	nc := connect(t, ns.ClientURL())
+	d := &Daemon{cfg: config.Default(), nc: nc}
+	pl := &pipeline{d: d, name: "p", cfg: workerPipeline("p", "p.in")}
+	w := &worker{d: d, pl: pl, sending: make(chan struct{}, 1)}
+	got := make(chan *nats.Msg, 2)
+	if _, err := nc.ChanSubscribe(d.workSubject("p", "done"), got); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w.send(ctx, &workTask{ID: 1}, &workMeta{Task: 1}, []byte{1})
+	nextMsg(t, got, "no contribution arrived") // never answered
+	second := make(chan struct{})
+	go func() {
+		w.send(ctx, &workTask{ID: 2}, &workMeta{Task: 2}, []byte{2})
+		close(second)
+	}()
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	cancel()
+	<-second
+	w.sends.Wait()
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("the worker took %v to stop", took)
+	}
+	select {
+	case m := <-got:
+		t.Errorf("contribution %v sent after the worker stopped", m.Data)
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
 // nextMsg returns the next message on ch; after 5 s without one the test
 // fails with why.
 func nextMsg(t testing.TB, ch <-chan *nats.Msg, why string) *nats.Msg {
@@ -912,7 +950,7 @@ func TestWorkContributionLoadReplays(t *testing.T) {
 	for _, enc := range [][]byte{seeds, hits} {
 		h := nats.Header{}
 		h.Set(headerWork, `{"task":1,"images":8}`)
-		if _, err := publishChunks(nc, d.workSubject(p.Name, "done"), h, enc, 0); err != nil {
+		if err := publishChunks(nc, d.workSubject(p.Name, "done"), h, enc); err != nil {
 			t.Fatal(err)
 		}
 	}
