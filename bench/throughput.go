@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -40,6 +41,11 @@ import (
 //   - the same at -flood-rate, past what the query workers can encode:
 //     every query must get an answer or a fast busy error (503 "busy: …"),
 //     reported with the p99 of the busy replies.
+//
+// With the daemon in this process, each query phase also reports the
+// garbage collection cycles of the process (<phase>_gc_cycles) and the
+// share of the answers above the p99 that were in flight as one ended
+// (<phase>_slow_near_gc; see collections).
 //
 // The daemon runs with its configured query workers and queue and the
 // learner's yield to queries (service.query_workers, service.query_queue,
@@ -158,6 +164,9 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 		}
 		defer qnc.Close()
 		load, err := sendQueries(ctx, qnc, embedSubject, test, r, time.Duration(*seconds*float64(time.Second)), *timeout, name)
+		if load != nil {
+			load.gcCycles, load.slowNearGC = collections(load, start)
+		}
 		close(stop)
 		if perr := <-errc; err == nil {
 			err = perr
@@ -217,6 +226,10 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 		if ph.load != idle {
 			line(ph.name+"_learn_images_per_s", fmt.Sprintf("%.0f", ph.learn))
 		}
+		if !*process { // the collector of the daemon's process
+			line(ph.name+"_gc_cycles", l.gcCycles)
+			line(ph.name+"_slow_near_gc", fmt.Sprintf("%.2f", l.slowNearGC))
+		}
 	}
 	return nil
 }
@@ -271,6 +284,50 @@ type queryLoad struct {
 	// sentAt and outcome are each query's, in the order sent.
 	sentAt  []time.Time
 	outcome []queryOutcome
+	// gcCycles is how many garbage collection cycles of this process
+	// ended during the phase, and slowNearGC the fraction of the answers
+	// slower than the p99 that were in flight within gcWindow before the
+	// end of one (see collections).
+	gcCycles   int
+	slowNearGC float64
+}
+
+// gcWindow is how long before the end of a garbage collection cycle an
+// answer counts as slowed by it: with GODEBUG=gctrace=1, the concurrent
+// mark phases of `smtd bench throughput -k 4096` took 5 to 45 ms.
+const gcWindow = 50 * time.Millisecond
+
+// collections returns how many garbage collection cycles of this process
+// ended since start, and the fraction of l's answers slower than their
+// p99 that were in flight within gcWindow before such an end. With the
+// daemon in the bench's process, that is how much of the tail its
+// collector accounts for.
+func collections(l *queryLoad, start time.Time) (cycles int, slowNearGC float64) {
+	var st debug.GCStats
+	debug.ReadGCStats(&st)
+	var ends []time.Time
+	for _, e := range st.PauseEnd { // the newest first, one per cycle
+		if e.Before(start) {
+			break
+		}
+		ends = append(ends, e)
+	}
+	p99 := percentile(l.answerLat, 0.99)
+	slow, near := 0, 0
+	for i, o := range l.outcome {
+		if o.kind != 'a' || o.lat < p99 {
+			continue
+		}
+		slow++
+		from, to := l.sentAt[i], l.sentAt[i].Add(o.lat)
+		if slices.ContainsFunc(ends, func(e time.Time) bool { return !e.Before(from) && !e.Add(-gcWindow).After(to) }) {
+			near++
+		}
+	}
+	if slow > 0 {
+		slowNearGC = float64(near) / float64(slow)
+	}
+	return len(ends), slowNearGC
 }
 
 // queryOutcome is how one query ended: kind 'a' answer, 'b' busy, 'e'

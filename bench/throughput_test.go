@@ -1,0 +1,35 @@
+package bench
+
+import (
+	"runtime"
+	"testing"
+	"time"
+)
+
+// collections counts the answers above the p99 that were in flight while
+// a collection of this process ended, and only those.
+func TestCollectionsFindsSlowAnswersNearGC(t *testing.T) {
+	start := time.Now()
+	runtime.GC()
+	end := time.Now() // after the cycle's end
+	l := &queryLoad{}
+	for i := range 100 {
+		at, lat := start.Add(-time.Second+time.Duration(i)*time.Millisecond), time.Millisecond
+		switch i {
+		case 10: // in flight for the whole collection
+			at, lat = start, end.Sub(start)+time.Millisecond
+		case 20: // as slow, an hour later
+			at, lat = end.Add(time.Hour), end.Sub(start)+time.Millisecond
+		}
+		l.sentAt = append(l.sentAt, at)
+		l.outcome = append(l.outcome, queryOutcome{'a', lat})
+		l.answerLat = append(l.answerLat, lat)
+	}
+	cycles, near := collections(l, start)
+	if cycles < 1 {
+		t.Errorf("%d collections since the start, want at least the forced one", cycles)
+	}
+	if near != 0.5 {
+		t.Errorf("slow answers near a collection: %v, want 0.5", near)
+	}
+}
