@@ -235,11 +235,12 @@ func (d *Daemon) withPipeline(h func(http.ResponseWriter, *http.Request, *pipeli
 			if pl.name != name {
 				continue
 			}
-			snap := pl.snap.Load()
+			snap := pl.acquire()
 			if snap == nil {
 				httpError(w, http.StatusServiceUnavailable, "model not ready")
 				return
 			}
+			defer snap.release()
 			h(w, r, pl, snap)
 			return
 		}

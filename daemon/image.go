@@ -478,16 +478,25 @@ func normalize32(v []float32) {
 
 // snapshot copies what encoding needs: not the SMT statistics, which can
 // be large (packed K×K) and which queries never use.
-func (m *imageModel) snapshot() model {
+func (m *imageModel) snapshot() model { return m.snapshotInto(nil) }
+
+// snapshotInto is snapshot with the dictionary and the SMT in the memory
+// of those of retired, an earlier snapshot of m (see recycler).
+func (m *imageModel) snapshotInto(retired model) model {
+	var km *online.KMeans
+	var smt *sgd.SMT
+	if r, ok := retired.(*imageModel); ok {
+		km, smt = r.km, r.smt
+	}
 	s := &imageModel{
 		imageWork: &imageWork{patcher: online.Patcher{Grid: m.patcher.Grid, Mean: m.patcher.Mean, Context: m.patcher.Context}},
 		white:     m.white.Clone(),
-		km:        m.km.Clone(),
+		km:        m.km.CloneInto(km),
 		code:      m.code, thresh: m.thresh, minNorm: m.minNorm, video: m.video,
 		pool: m.pool, solver: m.solver, solveEvery: m.solveEvery, drop: m.drop, smtRange: m.smtRange,
 	}
 	if m.smt != nil {
-		s.smt = m.smt.Clone()
+		s.smt = m.smt.CloneInto(smt)
 	}
 	if m.frames != nil {
 		s.frameCounts = m.frames.counts()

@@ -158,7 +158,8 @@ func (p *queryPool) stop() {
 	p.wg.Wait()
 }
 
-// encoder is a worker's reader of one published snapshot.
+// encoder is a worker's reader of one published snapshot, which it
+// holds (pipeline.acquire) until it moves to a newer one.
 type encoder struct {
 	from  *snapshot
 	model model // from.model.reader(...)
@@ -168,6 +169,11 @@ type encoder struct {
 func (p *queryPool) work() {
 	defer p.wg.Done()
 	encoders := map[*pipeline]*encoder{}
+	defer func() {
+		for _, e := range encoders {
+			e.from.release()
+		}
+	}()
 	for q := range p.jobs {
 		q.pl.gate.leave()
 		r := p.answer(&q, encoders)
@@ -182,7 +188,10 @@ func (p *queryPool) work() {
 func (p *queryPool) answer(q *query, encoders map[*pipeline]*encoder) (r queryReply) {
 	defer func() {
 		if v := recover(); v != nil {
-			delete(encoders, q.pl)
+			if e := encoders[q.pl]; e != nil {
+				e.from.release()
+				delete(encoders, q.pl)
+			}
 			p.log.Error().Str("pipeline", q.pl.name).Interface("panic", v).Str("stack", string(debug.Stack())).Msg("query failed")
 			r = errorReply("500", fmt.Sprintf("internal error: %v", v))
 		}
@@ -221,18 +230,21 @@ func (p *queryPool) respond(q *query, r *queryReply) {
 // snapshot, moving its workspaces to a reader of the newer snapshot when
 // the pipeline has published one.
 func (pl *pipeline) snapshotEncoder(encoders map[*pipeline]*encoder) (*snapshot, model) {
-	snap := pl.snap.Load()
+	e := encoders[pl]
+	if e != nil && e.from == pl.snap.Load() {
+		return e.from, e.model // held since the reader was made
+	}
+	snap := pl.acquire()
 	if snap == nil {
 		return nil, nil
 	}
-	e := encoders[pl]
 	if e == nil {
 		e = &encoder{}
 		encoders[pl] = e
+	} else {
+		e.from.release()
 	}
-	if e.from != snap {
-		e.from, e.model = snap, snap.model.reader(e.model)
-	}
+	e.from, e.model = snap, snap.model.reader(e.model)
 	return snap, e.model
 }
 

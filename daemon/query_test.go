@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+	"gonum.org/v1/gonum/mat"
 
 	"github.com/smtd/smtd/config"
 	"github.com/smtd/smtd/record"
@@ -185,9 +186,13 @@ func TestQueriesFloodWhileLearning(t *testing.T) {
 	var mu sync.Mutex
 	snaps := map[uint64]*snapshot{}
 	record := func() {
-		s := pl.snap.Load()
+		s := pl.acquire() // held to the end: its memory is not taken
 		mu.Lock()
-		snaps[s.version] = s
+		if snaps[s.version] == nil {
+			snaps[s.version] = s
+		} else {
+			s.release()
+		}
 		mu.Unlock()
 	}
 	stop := make(chan struct{})
@@ -455,5 +460,59 @@ func TestEmbedBlankImage(t *testing.T) {
 	}
 	if st := pipelineStatus(d, "digits"); st.Queries.Answered != 2 {
 		t.Errorf("%d queries answered, want 2", st.Queries.Answered)
+	}
+}
+
+// A published snapshot takes the memory of a replaced one that no reader
+// holds, never of one still read, and is the model's exact copy either
+// way.
+func TestSnapshotsReuseUnreadMemory(t *testing.T) {
+	p := config.DefaultPipeline(config.Image, "images")
+	m := newModel(&p, rand.NewPCG(p.Seed, 1))
+	pl := &pipeline{model: m, cfg: p}
+	msgs := readStream(t, "mnist-train-1000.smtdrec")
+	next := 0
+	step := func() *imageModel {
+		t.Helper()
+		var batch []sample
+		for range p.Batch.Size {
+			s, err := decode(&p, msgs[next].Header, msgs[next].Data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			batch = append(batch, s)
+			next++
+		}
+		if _, err := m.learn(batch); err != nil {
+			t.Fatal(err)
+		}
+		pl.version++
+		pl.publishSnapshot()
+		s := pl.snap.Load().model.(*imageModel)
+		if !mat.Equal(s.km.Atoms(), m.(*imageModel).km.Atoms()) || !mat.Equal(s.smt.P(), m.(*imageModel).smt.P()) {
+			t.Fatalf("snapshot %d differs from the model", pl.version)
+		}
+		return s
+	}
+	s1 := step()
+	held := pl.acquire()
+	if held.model != s1 {
+		t.Fatal("acquire returned another snapshot than the current one")
+	}
+	s2 := step() // s1 replaced, still read
+	s3 := step() // s2 replaced, unread
+	s4 := step()
+	if s4.km != s2.km || s4.smt != s2.smt {
+		t.Error("the snapshot did not take the memory of the unread one")
+	}
+	for _, s := range []*imageModel{s2, s3, s4} {
+		if s.km == s1.km || s.smt == s1.smt {
+			t.Fatal("a snapshot took the memory of one still read")
+		}
+	}
+	held.release()
+	s5 := step()
+	if s5.km != s1.km && s5.km != s3.km {
+		t.Error("the snapshot did not take the memory of a released one")
 	}
 }

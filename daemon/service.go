@@ -152,10 +152,11 @@ func (pl *pipeline) neighbours(data []byte) queryReply {
 	if len(tokens) != 1 || q.K < 1 || q.K > 1000 {
 		return errorReply("400", fmt.Sprintf("want one word and k in 1..1000, got %s (%d tokens) and k %d", echo(q.Word), len(tokens), q.K))
 	}
-	snap := pl.snap.Load()
+	snap := pl.acquire()
 	if snap == nil {
 		return errorReply("503", "model not ready")
 	}
+	defer snap.release()
 	t, _ := snap.model.(*textModel)
 	if t == nil || t.solved == nil {
 		return errorReply("503", "no word embeddings yet")
@@ -415,7 +416,7 @@ func (d *Daemon) Status() Status {
 		st.Daemon, st.Members = c.self.Name, *c.live.Load()
 	}
 	for _, pl := range d.pipelines {
-		snap := pl.snap.Load()
+		snap := pl.acquire()
 		c := pl.stats.state()
 		ps := PipelineStatus{
 			Name: pl.name, Modality: string(snap.cfg.Modality), Input: snap.cfg.Input.Subject, Output: snap.cfg.Output.Subject,
@@ -444,6 +445,7 @@ func (d *Daemon) Status() Status {
 			ps.Queries = d.queries.stats[pl].status()
 		}
 		ps.Model = snap.model.describe()
+		snap.release()
 		st.Pipelines = append(st.Pipelines, ps)
 	}
 	return st

@@ -863,21 +863,31 @@ func (k *KMeans) CodesGQ(dst *SparseCodes, x mat.Matrix, t float64) {
 // rand.Source, so only one of the two should Learn; a clone used as an
 // immutable snapshot for queries shares nothing mutable with k but the
 // pool of coding workspaces, which is safe for concurrent use.
-func (k *KMeans) Clone() *KMeans {
-	c := &KMeans{
+func (k *KMeans) Clone() *KMeans { return k.CloneInto(nil) }
+
+// CloneInto is Clone into the memory of dst, an earlier clone of k that
+// nobody reads any more, or into new memory if dst is nil or of another
+// shape. A daemon that publishes a snapshot after every minibatch reuses
+// the retired ones this way instead of leaving them to the collector.
+func (k *KMeans) CloneInto(dst *KMeans) *KMeans {
+	if dst == nil || dst.s.K != k.s.K || dst.s.Dim != k.s.Dim {
+		dst = &KMeans{atoms: mat.NewDense(k.s.K, k.s.Dim, nil)}
+	}
+	*dst = KMeans{
 		s:       k.s,
 		rng:     k.rng,
-		atoms:   mat.DenseCopyOf(k.atoms),
-		packed:  packedAtoms{dim: k.s.Dim, data: slices.Clone(k.packed.data)},
-		counts:  slices.Clone(k.counts),
-		last:    slices.Clone(k.last),
+		atoms:   dst.atoms,
+		packed:  packedAtoms{dim: k.s.Dim, data: append(dst.packed.data[:0], k.packed.data...)},
+		counts:  append(dst.counts[:0], k.counts...),
+		last:    append(dst.last[:0], k.last...),
 		seeded:  k.seeded,
 		batches: k.batches,
 		samples: k.samples,
 		reseeds: k.reseeds,
 		pool:    k.pool,
 	}
-	return c
+	dst.atoms.Copy(k.atoms)
+	return dst
 }
 
 // MarshalBinary encodes the settings and the complete learning state

@@ -709,13 +709,19 @@ func (m *SMT) orthogonalize(st *Stats, mean float64) error {
 
 // Clone returns a deep copy of the SMT that shares nothing mutable with m
 // but the pool of embedding workspaces, which is safe for concurrent use.
-func (m *SMT) Clone() *SMT {
-	c := newSMT(m.s)
-	c.pt.Copy(m.pt)
-	c.unit.Copy(m.unit)
-	c.steps = m.steps
-	c.pool = m.pool
-	return c
+func (m *SMT) Clone() *SMT { return m.CloneInto(nil) }
+
+// CloneInto is Clone into the memory of dst, an earlier clone of m that
+// nobody reads any more, or into new memory if dst is nil or of another
+// shape (see online.KMeans.CloneInto).
+func (m *SMT) CloneInto(dst *SMT) *SMT {
+	if dst == nil || dst.n != m.n || dst.s.Dim != m.s.Dim {
+		dst = newSMT(m.s)
+	}
+	*dst = SMT{s: m.s, n: m.n, pt: dst.pt, unit: dst.unit, steps: m.steps, pool: m.pool}
+	dst.pt.Copy(m.pt)
+	dst.unit.Copy(m.unit)
+	return dst
 }
 
 // MarshalBinary encodes the settings, the step count and P, float64s
