@@ -3,6 +3,7 @@ package daemon
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"strconv"
@@ -432,6 +433,44 @@ func BenchmarkEmbedNewSnapshot(b *testing.B) {
 			snap.snapshot().encode(probe)
 		}
 	})
+}
+
+// BenchmarkEmbedQuery is one embed query's encoding by a worker's reader
+// of a snapshot of the default image pipeline, at its K and at the
+// paper's K = 4096 (28x28 MNIST, 529 patches scored against every atom).
+func BenchmarkEmbedQuery(b *testing.B) {
+	msgs := readStream(b, "mnist-train-1000.smtdrec")
+	for _, k := range []int{256, 4096} {
+		b.Run(fmt.Sprintf("K=%d", k), func(b *testing.B) {
+			p := config.DefaultPipeline(config.Image, "images")
+			p.KMeans.Atoms = k
+			m := newModel(&p, rand.NewPCG(p.Seed, 1))
+			var batch []sample
+			for _, r := range msgs[:20*p.Batch.Size] {
+				s, err := decode(&p, r.Header, r.Data)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if batch = append(batch, s); len(batch) == p.Batch.Size {
+					if _, err := m.learn(batch); err != nil {
+						b.Fatal(err)
+					}
+					batch = batch[:0]
+				}
+			}
+			last := msgs[len(msgs)-1]
+			probe, err := decode(&p, last.Header, last.Data)
+			if err != nil {
+				b.Fatal(err)
+			}
+			r := m.snapshot().reader(nil)
+			r.encode([]sample{probe})
+			b.ReportAllocs()
+			for b.Loop() {
+				r.encode([]sample{probe})
+			}
+		})
+	}
 }
 
 // An embed request of a uniform image, whose patches are all blank, is

@@ -831,15 +831,7 @@ func TestWorkerVersionsShareAWorkspace(t *testing.T) {
 // workers' contributions does not hold it up; it has one contribution in
 // flight at a time, so the next send waits for the receipt before it.
 func TestWorkerSendsWithoutAwaitingReceipt(t *testing.T) {
-	ns := startNATS(t)
-	nc := connect(t, ns.ClientURL())
-	d := &Daemon{cfg: config.Default(), nc: nc}
-	pl := &pipeline{d: d, name: "p", cfg: workerPipeline("p", "p.in")}
-	w := &worker{d: d, pl: pl, sending: make(chan struct{}, 1)}
-	got := make(chan *nats.Msg, 2)
-	if _, err := nc.ChanSubscribe(d.workSubject("p", "done"), got); err != nil {
-		t.Fatal(err)
-	}
+	w, got := sendingWorker(t)
 	receive := func() *nats.Msg { return nextMsg(t, got, "no contribution arrived") }
 	ctx := context.Background()
 	sent := make(chan uint64, 2)
@@ -876,19 +868,25 @@ func TestWorkerSendsWithoutAwaitingReceipt(t *testing.T) {
 	w.sends.Wait()
 }
 
-// A worker that is stopped while its contribution waits for the owner's
-// receipt, with the next one coded, stops at once: it neither waits for
-// the receipt nor sends the next (the owner hands both tasks out again).
-func TestWorkerSendStopsWithContext(t *testing.T) {
+// sendingWorker returns a worker of pipeline "p" on a server of its own,
+// and the contributions it sends.
+func sendingWorker(t *testing.T) (*worker, <-chan *nats.Msg) {
 	ns := startNATS(t)
 	nc := connect(t, ns.ClientURL())
 	d := &Daemon{cfg: config.Default(), nc: nc}
 	pl := &pipeline{d: d, name: "p", cfg: workerPipeline("p", "p.in")}
-	w := &worker{d: d, pl: pl, sending: make(chan struct{}, 1)}
 	got := make(chan *nats.Msg, 2)
 	if _, err := nc.ChanSubscribe(d.workSubject("p", "done"), got); err != nil {
 		t.Fatal(err)
 	}
+	return &worker{d: d, pl: pl, sending: make(chan struct{}, 1)}, got
+}
+
+// A worker that is stopped while its contribution waits for the owner's
+// receipt, with the next one coded, stops at once: it neither waits for
+// the receipt nor sends the next (the owner hands both tasks out again).
+func TestWorkerSendStopsWithContext(t *testing.T) {
+	w, got := sendingWorker(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	w.send(ctx, &workTask{ID: 1}, &workMeta{Task: 1}, []byte{1})
 	nextMsg(t, got, "no contribution arrived") // never answered
