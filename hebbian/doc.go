@@ -81,3 +81,7 @@
 // or no longer usable (L + λI not positive definite, a zero regulatory
 // term), for a caller that checks its snapshots before keeping them.
 package hebbian
+
+// Gonum's float64 matrix products run on internal/gemm, which installs
+// itself (blas64.Use) when imported.
+import _ "github.com/smtd/smtd/internal/gemm"

@@ -95,7 +95,11 @@
 // The float64 atoms stay the state of record; the float32 copy is derived
 // from them and rebuilt on restore.
 //
-// Lloyd (the batch reference) still scores with blas64.Gemm, which
-// dispatches to gonum's pure-Go parallel dgemm unless the program installs
+// Lloyd (the batch reference) still scores with blas64.Gemm in float64,
+// on internal/gemm's AVX-512/AVX2 product unless the program installs
 // another implementation with blas64.Use.
 package online
+
+// Gonum's float64 matrix products run on internal/gemm, which installs
+// itself (blas64.Use) when imported.
+import _ "github.com/smtd/smtd/internal/gemm"

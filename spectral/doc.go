@@ -54,3 +54,7 @@
 // library: no goroutines of its own, no I/O, no globals; randomness only
 // from a rand.Source the caller passes.
 package spectral
+
+// Gonum's float64 matrix products run on internal/gemm, which installs
+// itself (blas64.Use) when imported.
+import _ "github.com/smtd/smtd/internal/gemm"
