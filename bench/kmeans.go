@@ -34,8 +34,8 @@ import (
 //
 //   - machine_*: CPU model, GOMAXPROCS, Go version, BLAS implementation;
 //   - dgemm_gflops: the best of three 1024×1024×1024 products through
-//     mat.Dense.Mul (blas64, gonum's pure-Go parallel dgemm unless another
-//     implementation is installed), measured in the same run;
+//     mat.Dense.Mul (blas64: internal/gemm in the default build, OpenBLAS
+//     with -tags openblas), measured in the same run;
 //   - patches_*: how many images and patches were used and the blank
 //     fraction;
 //   - for each K: kmeans_learn_kK_patches_per_s, one pass of KMeans.Learn
@@ -67,7 +67,7 @@ import (
 // For context, scikit-learn's MiniBatchKMeans (OpenBLAS, 2 cores) learns
 // 72,000 and assigns 181,000 patches/s at K = 4096 on the machines the
 // project was developed on; OpenBLAS's dgemm is 8 to 12 times gonum's
-// there.
+// pure-Go one there.
 func KMeans(ctx context.Context, w io.Writer, args []string) error {
 	fs := flag.NewFlagSet("bench kmeans", flag.ContinueOnError)
 	dir := fs.String("mnist", "../shared/data/mnist", "`directory` with the MNIST IDX files (gzip'd or not)")
