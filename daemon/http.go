@@ -304,7 +304,9 @@ func serveEmbed(w http.ResponseWriter, r *http.Request, pl *pipeline, snap *snap
 			h[k] = v
 		}
 	}
-	q := pl.embed(map[*pipeline]*encoder{}, h, body)
+	encoders := map[*pipeline]*encoder{}
+	q := pl.embed(encoders, h, body)
+	releaseEncoders(encoders)
 	if q.code != "" {
 		httpError(w, statusOf(q.code), q.desc)
 		return

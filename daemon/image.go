@@ -102,6 +102,24 @@ type imageWork struct {
 	assign  []int
 	codes   online.SparseCodes
 	emb     mat.Dense // image embeddings, one per row
+	// vectors holds a reader's last output vectors (reader): a query
+	// worker encodes one image after the other and publishes each reply
+	// before the next, so the memory of 500 replies a second need not
+	// be new. Nil in the learner's workspaces, whose outputs outlive
+	// the batch.
+	vectors []float32
+	reader  bool
+}
+
+// outputVectors returns the memory for n output vectors of dim values:
+// a reader's own, new memory otherwise.
+func (w *imageWork) outputVectors(n, dim int) []float32 {
+	if !w.reader {
+		return make([]float32, n*dim)
+	}
+	w.vectors = slices.Grow(w.vectors[:0], n*dim)[:n*dim]
+	clear(w.vectors)
+	return w.vectors
 }
 
 func newImageModel(p *config.Pipeline, src rand.Source) *imageModel {
@@ -425,9 +443,11 @@ func (m *imageModel) embedded(batch []sample) []output {
 		m.smt.EmbedImagesGQ(&m.emb, &m.codes, len(batch), g, m.pool)
 	}
 	out := make([]output, len(batch))
+	dim := m.emb.RawMatrix().Cols
+	vecs := m.outputVectors(len(batch), dim)
 	for i, s := range batch {
 		row := m.emb.RawRowView(i)
-		v := make([]float32, len(row))
+		v := vecs[i*dim : (i+1)*dim : (i+1)*dim]
 		for j, x := range row {
 			v[j] = float32(x)
 		}
@@ -442,8 +462,9 @@ func (m *imageModel) pooledCodes(batch []sample) []output {
 	n := m.patcher.Grid.Len()
 	k := m.km.Settings().K
 	out := make([]output, len(batch))
+	vecs := m.outputVectors(len(batch), k)
 	for i, s := range batch {
-		v := make([]float32, k)
+		v := vecs[i*k : (i+1)*k : (i+1)*k]
 		for r := i * n; r < (i+1)*n; r++ {
 			if m.code == config.CodeVQ {
 				if a := m.assign[r]; a >= 0 {
@@ -514,6 +535,7 @@ func (m *imageModel) reader(prev model) model {
 		ws = p.imageWork
 	}
 	ws.patcher.Grid, ws.patcher.Mean, ws.patcher.Context = m.patcher.Grid, m.patcher.Mean, m.patcher.Context
+	ws.reader = true
 	r := &imageModel{
 		imageWork: ws,
 		white:     m.white, km: m.km, smt: m.smt,

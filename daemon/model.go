@@ -33,7 +33,8 @@ type model interface {
 	// prev is a reader of the same kind (nil: new ones). Any number of
 	// readers of one snapshot, each with workspaces of its own, may
 	// encode at once; nothing but encode and describe may be called on
-	// a reader, and m must not learn meanwhile.
+	// a reader, and m must not learn meanwhile. A reader's outputs may
+	// share its memory: they are valid until its next encode.
 	reader(prev model) model
 	// rollback returns the parameters to those of a snapshot, after a
 	// learning step that diverged.

@@ -654,7 +654,7 @@ func (pl *pipeline) publishOutputs(ctx context.Context, outs []output) {
 	for i := range outs {
 		outs[i].version = pl.version
 		outs[i].subject = pl.cfg.Input.Subject
-		m := encodeOutput(&pl.cfg, pl.cfg.Output.Subject, &outs[i])
+		m := encodeOutput(&pl.cfg, pl.cfg.Output.Subject, &outs[i], nil)
 		if c := pl.d.cluster; c != nil {
 			m.Header.Set(HeaderDaemon, c.self.Name)
 		}

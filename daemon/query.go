@@ -162,18 +162,15 @@ func (p *queryPool) stop() {
 // holds (pipeline.acquire) until it moves to a newer one.
 type encoder struct {
 	from  *snapshot
-	model model // from.model.reader(...)
+	model model  // from.model.reader(...)
+	reply []byte // the payload of the worker's last reply, published before the next
 }
 
 // work answers queries until the pool stops.
 func (p *queryPool) work() {
 	defer p.wg.Done()
 	encoders := map[*pipeline]*encoder{}
-	defer func() {
-		for _, e := range encoders {
-			e.from.release()
-		}
-	}()
+	defer releaseEncoders(encoders)
 	for q := range p.jobs {
 		q.pl.gate.leave()
 		r := p.answer(&q, encoders)
@@ -226,17 +223,24 @@ func (p *queryPool) respond(q *query, r *queryReply) {
 	q.pl.obs.query[q.kind].Observe(took.Seconds())
 }
 
+// releaseEncoders releases the snapshots the encoders hold.
+func releaseEncoders(encoders map[*pipeline]*encoder) {
+	for _, e := range encoders {
+		e.from.release()
+	}
+}
+
 // snapshotEncoder returns the worker's reader of the pipeline's current
-// snapshot, moving its workspaces to a reader of the newer snapshot when
-// the pipeline has published one.
-func (pl *pipeline) snapshotEncoder(encoders map[*pipeline]*encoder) (*snapshot, model) {
+// snapshot (nil before the first), moving its workspaces to a reader of
+// the newer snapshot when the pipeline has published one.
+func (pl *pipeline) snapshotEncoder(encoders map[*pipeline]*encoder) *encoder {
 	e := encoders[pl]
 	if e != nil && e.from == pl.snap.Load() {
-		return e.from, e.model // held since the reader was made
+		return e // held since the reader was made
 	}
 	snap := pl.acquire()
 	if snap == nil {
-		return nil, nil
+		return nil
 	}
 	if e == nil {
 		e = &encoder{}
@@ -245,7 +249,7 @@ func (pl *pipeline) snapshotEncoder(encoders map[*pipeline]*encoder) (*snapshot,
 		e.from.release()
 	}
 	e.from, e.model = snap, snap.model.reader(e.model)
-	return snap, e.model
+	return e
 }
 
 // queryLatencies is how many of the latest answered queries the latency

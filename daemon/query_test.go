@@ -272,7 +272,7 @@ func TestQueriesFloodWhileLearning(t *testing.T) {
 			// private copy of it on this goroutine.
 			o := snap.model.snapshot().encode([]sample{s})[0]
 			o.version = snap.version
-			if want := encodeOutput(&snap.cfg, "", &o).Data; !bytes.Equal(rep.Data, want) {
+			if want := encodeOutput(&snap.cfg, "", &o, nil).Data; !bytes.Equal(rep.Data, want) {
 				t.Fatalf("round %d query %d: the answer differs from the encode of snapshot %d", round, i, version)
 			}
 			compared++

@@ -89,10 +89,11 @@ func (d *Daemon) addService() (micro.Service, error) {
 // subject); the reply is an output message. Queries never train: the
 // snapshot is an immutable copy of the model.
 func (pl *pipeline) embed(encoders map[*pipeline]*encoder, h nats.Header, data []byte) queryReply {
-	snap, enc := pl.snapshotEncoder(encoders)
-	if snap == nil {
+	e := pl.snapshotEncoder(encoders)
+	if e == nil {
 		return errorReply("503", "model not ready")
 	}
+	snap := e.from
 	s, err := decode(&snap.cfg, h, data)
 	if err != nil {
 		var ie *InputError
@@ -101,9 +102,10 @@ func (pl *pipeline) embed(encoders map[*pipeline]*encoder, h nats.Header, data [
 		}
 		return errorReply("400", err.Error())
 	}
-	o := enc.encode([]sample{s})[0]
+	o := e.model.encode([]sample{s})[0]
 	o.version = snap.version
-	m := encodeOutput(&snap.cfg, "", &o)
+	m := encodeOutput(&snap.cfg, "", &o, e.reply)
+	e.reply = m.Data
 	if c := pl.d.cluster; c != nil {
 		m.Header.Set(HeaderDaemon, c.self.Name)
 	}

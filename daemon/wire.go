@@ -10,6 +10,7 @@ import (
 	"image/color"
 	"image/png"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -301,8 +302,10 @@ type outputJSON struct {
 	Vector        []float32 `json:"vector"`
 }
 
-// encodeOutput builds the message of o on subject for pipeline p.
-func encodeOutput(p *config.Pipeline, subject string, o *output) *nats.Msg {
+// encodeOutput builds the message of o on subject for pipeline p. A
+// float32 payload is written in the memory of buf when it has room (nil:
+// new memory).
+func encodeOutput(p *config.Pipeline, subject string, o *output, buf []byte) *nats.Msg {
 	m := nats.NewMsg(subject)
 	h := m.Header
 	h.Set(HeaderPipeline, p.Name)
@@ -332,7 +335,7 @@ func encodeOutput(p *config.Pipeline, subject string, o *output) *nats.Msg {
 	}
 	h.Set(HeaderShape, strconv.Itoa(len(o.vector)))
 	h.Set(HeaderDtype, "float32")
-	m.Data = make([]byte, 4*len(o.vector))
+	m.Data = slices.Grow(buf[:0], 4*len(o.vector))[:4*len(o.vector)]
 	for i, v := range o.vector {
 		binary.LittleEndian.PutUint32(m.Data[4*i:], math.Float32bits(v))
 	}

@@ -116,7 +116,7 @@ func TestDecode(t *testing.T) {
 func TestEncodeOutput(t *testing.T) {
 	p := config.DefaultPipeline(config.Video, "frames")
 	o := &output{vector: []float32{1, -2.5}, version: 7, subject: "in", source: sample{seq: 42, label: "3", stream: "cam", frame: 9}}
-	m := encodeOutput(&p, "out", o)
+	m := encodeOutput(&p, "out", o, nil)
 	for k, want := range map[string]string{
 		HeaderShape: "2", HeaderDtype: "float32", HeaderModelVersion: "7", HeaderSourceSeq: "42",
 		HeaderSourceSubj: "in", HeaderLabel: "3", HeaderStream: "cam", HeaderFrame: "9", HeaderPipeline: "frames",
@@ -132,7 +132,7 @@ func TestEncodeOutput(t *testing.T) {
 		t.Errorf("DecodeOutput = %v, %q, %v", v, label, err)
 	}
 	p.Output.Encoding = config.JSON
-	m = encodeOutput(&p, "out", o)
+	m = encodeOutput(&p, "out", o, nil)
 	if want := `"vector":[1,-2.5]`; !strings.Contains(string(m.Data), want) {
 		t.Errorf("JSON %s does not contain %s", m.Data, want)
 	}
