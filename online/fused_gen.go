@@ -24,17 +24,14 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"log"
 	"os"
+
+	"github.com/smtd/smtd/internal/asmgen"
 )
 
-type asm struct{ bytes.Buffer }
-
-func (a *asm) op(format string, args ...any) { fmt.Fprintf(a, "\t"+format+"\n", args...) }
-func (a *asm) label(l string)                { fmt.Fprintf(a, "%s:\n", l) }
-func (a *asm) comment(c string)              { fmt.Fprintf(a, "\n\t// %s\n", c) }
+type asm = asmgen.File
 
 const (
 	panelWidth = 32
@@ -93,8 +90,8 @@ DATA lanes<>+0(SB)/4, $0
 // loops; the caller has checked that blocks and panels are positive.
 func prologue(a *asm, name, args string, frame int) {
 	fmt.Fprintf(a, "\n// func %s%s\nTEXT ·%s(SB), NOSPLIT, $0-%d\n", name, args, name, frame)
-	a.op("MOVQ x+0(FP), SI")
-	a.op("MOVQ dim+16(FP), DX")
+	a.Op("MOVQ x+0(FP), SI")
+	a.Op("MOVQ dim+16(FP), DX")
 }
 
 // dimLoop emits the loop over dimensions of one panel for one block.
@@ -103,61 +100,61 @@ func dimLoop(a *asm, name string, wide bool) {
 	if wide {
 		rows, regs = 8, 2
 	}
-	a.comment("acc = 0")
+	a.Comment("acc = 0")
 	for i := 0; i < rows*regs; i++ {
 		if wide {
-			a.op("VPXORD Z%d, Z%d, Z%d", i, i, i)
+			a.Op("VPXORD Z%d, Z%d, Z%d", i, i, i)
 		} else {
-			a.op("VPXOR Y%d, Y%d, Y%d", i, i, i)
+			a.Op("VPXOR Y%d, Y%d, Y%d", i, i, i)
 		}
 	}
-	a.op("MOVQ SI, R13")
-	a.op("MOVQ R12, AX")
-	a.op("MOVQ DX, BX")
-	a.label(name + "_dim")
+	a.Op("MOVQ SI, R13")
+	a.Op("MOVQ R12, AX")
+	a.Op("MOVQ DX, BX")
+	a.Label(name + "_dim")
 	if wide {
-		a.op("VMOVUPS (AX), Z16")
-		a.op("VMOVUPS 64(AX), Z17")
+		a.Op("VMOVUPS (AX), Z16")
+		a.Op("VMOVUPS 64(AX), Z17")
 		for r := 0; r < rows; r++ {
-			a.op("VBROADCASTSS %d(R13), Z%d", 4*r, 18+r)
+			a.Op("VBROADCASTSS %d(R13), Z%d", 4*r, 18+r)
 		}
 		for r := 0; r < rows; r++ {
 			for q := 0; q < regs; q++ {
-				a.op("VFMADD231PS Z%d, Z%d, Z%d", 16+q, 18+r, r*regs+q)
+				a.Op("VFMADD231PS Z%d, Z%d, Z%d", 16+q, 18+r, r*regs+q)
 			}
 		}
 	} else {
 		for r := 0; r < rows; r++ {
-			a.op("VBROADCASTSS %d(R13), Y%d", 4*r, 12+r)
+			a.Op("VBROADCASTSS %d(R13), Y%d", 4*r, 12+r)
 			for q := 0; q < regs; q++ {
-				a.op("VFMADD231PS %d(AX), Y%d, Y%d", 32*q, 12+r, r*regs+q)
+				a.Op("VFMADD231PS %d(AX), Y%d, Y%d", 32*q, 12+r, r*regs+q)
 			}
 		}
 	}
-	a.op("ADDQ $%d, R13", 4*rows)
-	a.op("ADDQ $%d, AX", panelBytes)
-	a.op("DECQ BX")
-	a.op("JNZ %s_dim", name)
-	a.op("MOVQ AX, R12")
+	a.Op("ADDQ $%d, R13", 4*rows)
+	a.Op("ADDQ $%d, AX", panelBytes)
+	a.Op("DECQ BX")
+	a.Op("JNZ %s_dim", name)
+	a.Op("MOVQ AX, R12")
 }
 
 // epilogue closes the panel and block loops; step is the bytes the
 // per-row outputs (R9, R10) advance per block.
 func epilogue(a *asm, name string, steps map[string]int) {
-	a.op("INCQ R11")
-	a.op("CMPQ R11, panels+32(FP)")
-	a.op("JLT %s_panel", name)
-	a.comment("next block: R13 is past the last row of this one")
-	a.op("MOVQ R13, SI")
+	a.Op("INCQ R11")
+	a.Op("CMPQ R11, panels+32(FP)")
+	a.Op("JLT %s_panel", name)
+	a.Comment("next block: R13 is past the last row of this one")
+	a.Op("MOVQ R13, SI")
 	for _, reg := range []string{"R9", "R10"} {
 		if s, ok := steps[reg]; ok {
-			a.op("ADDQ $%d, %s", s, reg)
+			a.Op("ADDQ $%d, %s", s, reg)
 		}
 	}
-	a.op("DECQ blocks+8(FP)")
-	a.op("JNZ %s_block", name)
-	a.op("VZEROUPPER")
-	a.op("RET")
+	a.Op("DECQ blocks+8(FP)")
+	a.Op("JNZ %s_block", name)
+	a.Op("VZEROUPPER")
+	a.Op("RET")
 }
 
 func avx512(a *asm, above bool) {
@@ -165,22 +162,22 @@ func avx512(a *asm, above bool) {
 	if !above {
 		name := "argmaxAVX512"
 		prologue(a, name, "(x *float32, blocks, dim int, pack *float32, panels int, max *float32, idx *int32)", 56)
-		a.op("MOVQ max+40(FP), R9")
-		a.op("MOVQ idx+48(FP), R10")
-		a.label(name + "_block")
-		a.op("MOVQ pack+24(FP), R12")
-		a.op("XORQ R11, R11")
-		a.label(name + "_panel")
+		a.Op("MOVQ max+40(FP), R9")
+		a.Op("MOVQ idx+48(FP), R10")
+		a.Label(name + "_block")
+		a.Op("MOVQ pack+24(FP), R12")
+		a.Op("XORQ R11, R11")
+		a.Label(name + "_panel")
 		dimLoop(a, name, true)
-		a.comment("keep the lanes whose score beats the running maximum, and their panel")
-		a.op("VPBROADCASTD R11, Z16")
+		a.Comment("keep the lanes whose score beats the running maximum, and their panel")
+		a.Op("VPBROADCASTD R11, Z16")
 		for r := 0; r < rows; r++ {
 			for q := 0; q < regs; q++ {
 				off := r*panelBytes + 64*q
 				acc := r*regs + q
-				a.op("VCMPPS $0x%x, %d(R9), Z%d, K1", cmpGT, off, acc)
-				a.op("VMOVUPS Z%d, K1, %d(R9)", acc, off)
-				a.op("VMOVDQU32 Z16, K1, %d(R10)", off)
+				a.Op("VCMPPS $0x%x, %d(R9), Z%d, K1", cmpGT, off, acc)
+				a.Op("VMOVUPS Z%d, K1, %d(R9)", acc, off)
+				a.Op("VMOVDQU32 Z16, K1, %d(R10)", off)
 			}
 		}
 		epilogue(a, name, map[string]int{"R9": rows * panelBytes, "R10": rows * panelBytes})
@@ -188,35 +185,35 @@ func avx512(a *asm, above bool) {
 	}
 	name := "aboveAVX512"
 	prologue(a, name, "(x *float32, blocks, dim int, pack *float32, panels int, t float32, pos *int64, cos *float32, idx *int32)", 72)
-	a.op("MOVQ pos+48(FP), R9")
-	a.op("MOVQ cos+56(FP), R10")
-	a.op("MOVQ idx+64(FP), DI")
-	a.op("VBROADCASTSS t+40(FP), Z27")
-	a.op("VMOVDQU32 lanes<>+0(SB), Z28")
-	a.op("VMOVDQU32 lanes<>+64(SB), Z29")
-	a.label(name + "_block")
-	a.op("MOVQ pack+24(FP), R12")
-	a.op("XORQ R11, R11")
-	a.label(name + "_panel")
+	a.Op("MOVQ pos+48(FP), R9")
+	a.Op("MOVQ cos+56(FP), R10")
+	a.Op("MOVQ idx+64(FP), DI")
+	a.Op("VBROADCASTSS t+40(FP), Z27")
+	a.Op("VMOVDQU32 lanes<>+0(SB), Z28")
+	a.Op("VMOVDQU32 lanes<>+64(SB), Z29")
+	a.Label(name + "_block")
+	a.Op("MOVQ pack+24(FP), R12")
+	a.Op("XORQ R11, R11")
+	a.Label(name + "_panel")
 	dimLoop(a, name, true)
-	a.comment("compress the lanes with score ≥ t and their atoms to the row's output")
-	a.op("MOVQ R11, AX")
-	a.op("SHLQ $5, AX")
-	a.op("VPBROADCASTD AX, Z18")
-	a.op("VPADDD Z28, Z18, Z16")
-	a.op("VPADDD Z29, Z18, Z17")
+	a.Comment("compress the lanes with score ≥ t and their atoms to the row's output")
+	a.Op("MOVQ R11, AX")
+	a.Op("SHLQ $5, AX")
+	a.Op("VPBROADCASTD AX, Z18")
+	a.Op("VPADDD Z28, Z18, Z16")
+	a.Op("VPADDD Z29, Z18, Z17")
 	for r := 0; r < rows; r++ {
 		for q := 0; q < regs; q++ {
 			acc := r*regs + q
-			a.op("VCMPPS $0x%x, Z27, Z%d, K1", cmpGE, acc)
-			a.op("VCOMPRESSPS Z%d, K1, Z18", acc)
-			a.op("VPCOMPRESSD Z%d, K1, Z19", 16+q)
-			a.op("MOVQ %d(R9), AX", 8*r)
-			a.op("VMOVUPS Z18, (R10)(AX*4)")
-			a.op("VMOVDQU32 Z19, (DI)(AX*4)")
-			a.op("KMOVW K1, BX")
-			a.op("POPCNTL BX, BX")
-			a.op("ADDQ BX, %d(R9)", 8*r)
+			a.Op("VCMPPS $0x%x, Z27, Z%d, K1", cmpGE, acc)
+			a.Op("VCOMPRESSPS Z%d, K1, Z18", acc)
+			a.Op("VPCOMPRESSD Z%d, K1, Z19", 16+q)
+			a.Op("MOVQ %d(R9), AX", 8*r)
+			a.Op("VMOVUPS Z18, (R10)(AX*4)")
+			a.Op("VMOVDQU32 Z19, (DI)(AX*4)")
+			a.Op("KMOVW K1, BX")
+			a.Op("POPCNTL BX, BX")
+			a.Op("ADDQ BX, %d(R9)", 8*r)
 		}
 	}
 	epilogue(a, name, map[string]int{"R9": 8 * rows})
@@ -227,27 +224,27 @@ func avx2(a *asm, above bool) {
 	if !above {
 		name := "argmaxAVX2"
 		prologue(a, name, "(x *float32, blocks, dim int, pack *float32, panels int, max *float32, idx *int32)", 56)
-		a.op("MOVQ max+40(FP), R9")
-		a.op("MOVQ idx+48(FP), R10")
-		a.label(name + "_block")
-		a.op("MOVQ pack+24(FP), R12")
-		a.op("XORQ R11, R11")
-		a.label(name + "_panel")
+		a.Op("MOVQ max+40(FP), R9")
+		a.Op("MOVQ idx+48(FP), R10")
+		a.Label(name + "_block")
+		a.Op("MOVQ pack+24(FP), R12")
+		a.Op("XORQ R11, R11")
+		a.Label(name + "_panel")
 		dimLoop(a, name, false)
-		a.comment("keep the lanes whose score beats the running maximum, and their panel")
-		a.op("VMOVD R11, X12")
-		a.op("VPBROADCASTD X12, Y12")
+		a.Comment("keep the lanes whose score beats the running maximum, and their panel")
+		a.Op("VMOVD R11, X12")
+		a.Op("VPBROADCASTD X12, Y12")
 		for r := 0; r < rows; r++ {
 			for q := 0; q < regs; q++ {
 				off := r*panelBytes + 32*q
 				acc := r*regs + q
-				a.op("VMOVUPS %d(R9), Y13", off)
-				a.op("VCMPPS $0x%x, Y13, Y%d, Y14", cmpGT, acc)
-				a.op("VBLENDVPS Y14, Y%d, Y13, Y13", acc)
-				a.op("VMOVUPS Y13, %d(R9)", off)
-				a.op("VMOVDQU %d(R10), Y15", off)
-				a.op("VBLENDVPS Y14, Y12, Y15, Y15")
-				a.op("VMOVDQU Y15, %d(R10)", off)
+				a.Op("VMOVUPS %d(R9), Y13", off)
+				a.Op("VCMPPS $0x%x, Y13, Y%d, Y14", cmpGT, acc)
+				a.Op("VBLENDVPS Y14, Y%d, Y13, Y13", acc)
+				a.Op("VMOVUPS Y13, %d(R9)", off)
+				a.Op("VMOVDQU %d(R10), Y15", off)
+				a.Op("VBLENDVPS Y14, Y12, Y15, Y15")
+				a.Op("VMOVDQU Y15, %d(R10)", off)
 			}
 		}
 		epilogue(a, name, map[string]int{"R9": rows * panelBytes, "R10": rows * panelBytes})
@@ -255,41 +252,41 @@ func avx2(a *asm, above bool) {
 	}
 	name := "aboveAVX2"
 	prologue(a, name, "(x *float32, blocks, dim int, pack *float32, panels int, t float32, pos *int64, cos *float32, idx *int32, lut *[256][8]int32)", 80)
-	a.op("MOVQ pos+48(FP), R9")
-	a.op("MOVQ cos+56(FP), R10")
-	a.op("MOVQ idx+64(FP), DI")
-	a.op("MOVQ lut+72(FP), R8")
-	a.label(name + "_block")
-	a.op("MOVQ pack+24(FP), R12")
-	a.op("XORQ R11, R11")
-	a.label(name + "_panel")
+	a.Op("MOVQ pos+48(FP), R9")
+	a.Op("MOVQ cos+56(FP), R10")
+	a.Op("MOVQ idx+64(FP), DI")
+	a.Op("MOVQ lut+72(FP), R8")
+	a.Label(name + "_block")
+	a.Op("MOVQ pack+24(FP), R12")
+	a.Op("XORQ R11, R11")
+	a.Label(name + "_panel")
 	dimLoop(a, name, false)
-	a.comment("gather the lanes with score ≥ t (a permutation from the table, by mask) into the row's output")
-	a.op("VBROADCASTSS t+40(FP), Y12")
+	a.Comment("gather the lanes with score ≥ t (a permutation from the table, by mask) into the row's output")
+	a.Op("VBROADCASTSS t+40(FP), Y12")
 	for r := 0; r < rows; r++ {
 		for q := 0; q < regs; q++ {
 			acc := r*regs + q
 			skip := fmt.Sprintf("%s_skip%d%d", name, r, q)
-			a.op("VCMPPS $0x%x, Y12, Y%d, Y14", cmpGE, acc)
-			a.op("VMOVMSKPS Y14, AX")
-			a.op("TESTL AX, AX")
-			a.op("JZ %s", skip)
-			a.op("MOVQ AX, BX")
-			a.op("SHLQ $5, BX")
-			a.op("VMOVDQU (R8)(BX*1), Y14")
-			a.op("VPERMPS Y%d, Y14, Y15", acc)
-			a.op("MOVQ %d(R9), CX", 8*r)
-			a.op("VMOVUPS Y15, (R10)(CX*4)")
-			a.op("MOVQ R11, BX")
-			a.op("SHLQ $5, BX")
-			a.op("ADDQ $%d, BX", 8*q)
-			a.op("VMOVD BX, X13")
-			a.op("VPBROADCASTD X13, Y13")
-			a.op("VPADDD Y13, Y14, Y14")
-			a.op("VMOVDQU Y14, (DI)(CX*4)")
-			a.op("POPCNTL AX, AX")
-			a.op("ADDQ AX, %d(R9)", 8*r)
-			a.label(skip)
+			a.Op("VCMPPS $0x%x, Y12, Y%d, Y14", cmpGE, acc)
+			a.Op("VMOVMSKPS Y14, AX")
+			a.Op("TESTL AX, AX")
+			a.Op("JZ %s", skip)
+			a.Op("MOVQ AX, BX")
+			a.Op("SHLQ $5, BX")
+			a.Op("VMOVDQU (R8)(BX*1), Y14")
+			a.Op("VPERMPS Y%d, Y14, Y15", acc)
+			a.Op("MOVQ %d(R9), CX", 8*r)
+			a.Op("VMOVUPS Y15, (R10)(CX*4)")
+			a.Op("MOVQ R11, BX")
+			a.Op("SHLQ $5, BX")
+			a.Op("ADDQ $%d, BX", 8*q)
+			a.Op("VMOVD BX, X13")
+			a.Op("VPBROADCASTD X13, Y13")
+			a.Op("VPADDD Y13, Y14, Y14")
+			a.Op("VMOVDQU Y14, (DI)(CX*4)")
+			a.Op("POPCNTL AX, AX")
+			a.Op("ADDQ AX, %d(R9)", 8*r)
+			a.Label(skip)
 		}
 	}
 	epilogue(a, name, map[string]int{"R9": 8 * rows})
@@ -302,61 +299,61 @@ func avx2(a *asm, above bool) {
 func firstMaxAVX512(a *asm) {
 	name := "firstMaxAVX512"
 	fmt.Fprintf(a, "\n// func %s(max *float32, idx *int32, rows int, best *int32, cos *float32)\nTEXT ·%s(SB), NOSPLIT, $0-40\n", name, name)
-	a.op("MOVQ max+0(FP), R9")
-	a.op("MOVQ idx+8(FP), R10")
-	a.op("MOVQ rows+16(FP), CX")
-	a.op("MOVQ best+24(FP), DI")
-	a.op("MOVQ cos+32(FP), SI")
-	a.op("VMOVDQU32 lanes<>+0(SB), Z28")
-	a.op("VMOVDQU32 lanes<>+64(SB), Z29")
-	a.op("MOVL $0x7fffffff, AX")
-	a.op("VPBROADCASTD AX, Z30")
-	a.label(name + "_row")
-	a.op("VMOVUPS (R9), Z0")
-	a.op("VMOVUPS 64(R9), Z1")
-	a.comment("Z4 = the largest score, in every lane")
-	a.op("VMAXPS Z1, Z0, Z4")
-	a.op("VSHUFF32X4 $0x4e, Z4, Z4, Z5")
-	a.op("VMAXPS Z5, Z4, Z4")
-	a.op("VSHUFF32X4 $0xb1, Z4, Z4, Z5")
-	a.op("VMAXPS Z5, Z4, Z4")
-	a.op("VPERMILPS $0x4e, Z4, Z5")
-	a.op("VMAXPS Z5, Z4, Z4")
-	a.op("VPERMILPS $0xb1, Z4, Z5")
-	a.op("VMAXPS Z5, Z4, Z4")
-	a.comment("atoms 32·panel + lane of the lanes holding it, MaxInt32 elsewhere")
-	a.op("VMOVDQU32 (R10), Z2")
-	a.op("VMOVDQU32 64(R10), Z3")
-	a.op("VPSLLD $5, Z2, Z2")
-	a.op("VPSLLD $5, Z3, Z3")
-	a.op("VPADDD Z28, Z2, Z2")
-	a.op("VPADDD Z29, Z3, Z3")
-	a.op("VCMPPS $0, Z4, Z0, K1")
-	a.op("VCMPPS $0, Z4, Z1, K2")
-	a.op("VMOVDQA32 Z30, Z6")
-	a.op("VMOVDQA32 Z30, Z7")
-	a.op("VMOVDQA32 Z2, K1, Z6")
-	a.op("VMOVDQA32 Z3, K2, Z7")
-	a.comment("the smallest of them")
-	a.op("VPMINSD Z7, Z6, Z6")
-	a.op("VSHUFI32X4 $0x4e, Z6, Z6, Z7")
-	a.op("VPMINSD Z7, Z6, Z6")
-	a.op("VSHUFI32X4 $0xb1, Z6, Z6, Z7")
-	a.op("VPMINSD Z7, Z6, Z6")
-	a.op("VPSHUFD $0x4e, Z6, Z7")
-	a.op("VPMINSD Z7, Z6, Z6")
-	a.op("VPSHUFD $0xb1, Z6, Z7")
-	a.op("VPMINSD Z7, Z6, Z6")
-	a.op("VMOVD X6, (DI)")
-	a.op("VMOVSS X4, (SI)")
-	a.op("ADDQ $%d, R9", panelBytes)
-	a.op("ADDQ $%d, R10", panelBytes)
-	a.op("ADDQ $4, DI")
-	a.op("ADDQ $4, SI")
-	a.op("DECQ CX")
-	a.op("JNZ %s_row", name)
-	a.op("VZEROUPPER")
-	a.op("RET")
+	a.Op("MOVQ max+0(FP), R9")
+	a.Op("MOVQ idx+8(FP), R10")
+	a.Op("MOVQ rows+16(FP), CX")
+	a.Op("MOVQ best+24(FP), DI")
+	a.Op("MOVQ cos+32(FP), SI")
+	a.Op("VMOVDQU32 lanes<>+0(SB), Z28")
+	a.Op("VMOVDQU32 lanes<>+64(SB), Z29")
+	a.Op("MOVL $0x7fffffff, AX")
+	a.Op("VPBROADCASTD AX, Z30")
+	a.Label(name + "_row")
+	a.Op("VMOVUPS (R9), Z0")
+	a.Op("VMOVUPS 64(R9), Z1")
+	a.Comment("Z4 = the largest score, in every lane")
+	a.Op("VMAXPS Z1, Z0, Z4")
+	a.Op("VSHUFF32X4 $0x4e, Z4, Z4, Z5")
+	a.Op("VMAXPS Z5, Z4, Z4")
+	a.Op("VSHUFF32X4 $0xb1, Z4, Z4, Z5")
+	a.Op("VMAXPS Z5, Z4, Z4")
+	a.Op("VPERMILPS $0x4e, Z4, Z5")
+	a.Op("VMAXPS Z5, Z4, Z4")
+	a.Op("VPERMILPS $0xb1, Z4, Z5")
+	a.Op("VMAXPS Z5, Z4, Z4")
+	a.Comment("atoms 32·panel + lane of the lanes holding it, MaxInt32 elsewhere")
+	a.Op("VMOVDQU32 (R10), Z2")
+	a.Op("VMOVDQU32 64(R10), Z3")
+	a.Op("VPSLLD $5, Z2, Z2")
+	a.Op("VPSLLD $5, Z3, Z3")
+	a.Op("VPADDD Z28, Z2, Z2")
+	a.Op("VPADDD Z29, Z3, Z3")
+	a.Op("VCMPPS $0, Z4, Z0, K1")
+	a.Op("VCMPPS $0, Z4, Z1, K2")
+	a.Op("VMOVDQA32 Z30, Z6")
+	a.Op("VMOVDQA32 Z30, Z7")
+	a.Op("VMOVDQA32 Z2, K1, Z6")
+	a.Op("VMOVDQA32 Z3, K2, Z7")
+	a.Comment("the smallest of them")
+	a.Op("VPMINSD Z7, Z6, Z6")
+	a.Op("VSHUFI32X4 $0x4e, Z6, Z6, Z7")
+	a.Op("VPMINSD Z7, Z6, Z6")
+	a.Op("VSHUFI32X4 $0xb1, Z6, Z6, Z7")
+	a.Op("VPMINSD Z7, Z6, Z6")
+	a.Op("VPSHUFD $0x4e, Z6, Z7")
+	a.Op("VPMINSD Z7, Z6, Z6")
+	a.Op("VPSHUFD $0xb1, Z6, Z7")
+	a.Op("VPMINSD Z7, Z6, Z6")
+	a.Op("VMOVD X6, (DI)")
+	a.Op("VMOVSS X4, (SI)")
+	a.Op("ADDQ $%d, R9", panelBytes)
+	a.Op("ADDQ $%d, R10", panelBytes)
+	a.Op("ADDQ $4, DI")
+	a.Op("ADDQ $4, SI")
+	a.Op("DECQ CX")
+	a.Op("JNZ %s_row", name)
+	a.Op("VZEROUPPER")
+	a.Op("RET")
 }
 
 // knnScores emits the score-tile kernel of the KNN (knn_kernel.go): the
@@ -379,76 +376,76 @@ func knnScores(a *asm, wide bool) {
 		name, rows, regs, reg, width = "knnScoresAVX512", 8, 2, "Z", 64
 	}
 	fmt.Fprintf(a, "\n// func %s(x *float32, blocks, n int, pack *float32, panels int, out *float32, xstride, pstride, add int)\nTEXT ·%s(SB), NOSPLIT, $0-72\n", name, name)
-	a.op("MOVQ x+0(FP), SI")
-	a.op("MOVQ n+16(FP), DX")
-	a.op("MOVQ out+40(FP), R9")
-	a.op("MOVQ xstride+48(FP), R8")
-	a.op("MOVQ pstride+56(FP), DI")
-	a.op("MOVQ add+64(FP), CX")
-	a.label(name + "_block")
-	a.op("MOVQ pack+24(FP), R12")
-	a.op("XORQ R11, R11")
-	a.label(name + "_panel")
-	a.op("TESTQ CX, CX")
-	a.op("JNZ %s_load", name)
-	a.comment("acc = 0")
+	a.Op("MOVQ x+0(FP), SI")
+	a.Op("MOVQ n+16(FP), DX")
+	a.Op("MOVQ out+40(FP), R9")
+	a.Op("MOVQ xstride+48(FP), R8")
+	a.Op("MOVQ pstride+56(FP), DI")
+	a.Op("MOVQ add+64(FP), CX")
+	a.Label(name + "_block")
+	a.Op("MOVQ pack+24(FP), R12")
+	a.Op("XORQ R11, R11")
+	a.Label(name + "_panel")
+	a.Op("TESTQ CX, CX")
+	a.Op("JNZ %s_load", name)
+	a.Comment("acc = 0")
 	for i := 0; i < rows*regs; i++ {
 		if wide {
-			a.op("VPXORD Z%d, Z%d, Z%d", i, i, i)
+			a.Op("VPXORD Z%d, Z%d, Z%d", i, i, i)
 		} else {
-			a.op("VPXOR Y%d, Y%d, Y%d", i, i, i)
+			a.Op("VPXOR Y%d, Y%d, Y%d", i, i, i)
 		}
 	}
-	a.op("JMP %s_start", name)
-	a.label(name + "_load")
-	a.comment("acc = the block's scores with this panel so far")
+	a.Op("JMP %s_start", name)
+	a.Label(name + "_load")
+	a.Comment("acc = the block's scores with this panel so far")
 	for r := 0; r < rows; r++ {
 		for q := 0; q < regs; q++ {
-			a.op("VMOVUPS %d(R9), %s%d", r*panelBytes+width*q, reg, r*regs+q)
+			a.Op("VMOVUPS %d(R9), %s%d", r*panelBytes+width*q, reg, r*regs+q)
 		}
 	}
-	a.label(name + "_start")
-	a.op("MOVQ SI, R13")
-	a.op("MOVQ R12, AX")
-	a.op("MOVQ DX, BX")
-	a.label(name + "_dim")
+	a.Label(name + "_start")
+	a.Op("MOVQ SI, R13")
+	a.Op("MOVQ R12, AX")
+	a.Op("MOVQ DX, BX")
+	a.Label(name + "_dim")
 	if wide {
-		a.op("VMOVUPS (AX), Z16")
-		a.op("VMOVUPS 64(AX), Z17")
+		a.Op("VMOVUPS (AX), Z16")
+		a.Op("VMOVUPS 64(AX), Z17")
 		for r := 0; r < rows; r++ {
-			a.op("VBROADCASTSS %d(R13), Z%d", 4*r, 18+r)
+			a.Op("VBROADCASTSS %d(R13), Z%d", 4*r, 18+r)
 		}
 		for r := 0; r < rows; r++ {
 			for q := 0; q < regs; q++ {
-				a.op("VFMADD231PS Z%d, Z%d, Z%d", 16+q, 18+r, r*regs+q)
+				a.Op("VFMADD231PS Z%d, Z%d, Z%d", 16+q, 18+r, r*regs+q)
 			}
 		}
 	} else {
 		for r := 0; r < rows; r++ {
-			a.op("VBROADCASTSS %d(R13), Y%d", 4*r, 12+r)
+			a.Op("VBROADCASTSS %d(R13), Y%d", 4*r, 12+r)
 			for q := 0; q < regs; q++ {
-				a.op("VFMADD231PS %d(AX), Y%d, Y%d", 32*q, 12+r, r*regs+q)
+				a.Op("VFMADD231PS %d(AX), Y%d, Y%d", 32*q, 12+r, r*regs+q)
 			}
 		}
 	}
-	a.op("ADDQ $%d, R13", 4*rows)
-	a.op("ADDQ $%d, AX", panelBytes)
-	a.op("DECQ BX")
-	a.op("JNZ %s_dim", name)
-	a.op("ADDQ DI, R12")
-	a.comment("store the block's scores with this panel")
+	a.Op("ADDQ $%d, R13", 4*rows)
+	a.Op("ADDQ $%d, AX", panelBytes)
+	a.Op("DECQ BX")
+	a.Op("JNZ %s_dim", name)
+	a.Op("ADDQ DI, R12")
+	a.Comment("store the block's scores with this panel")
 	for r := 0; r < rows; r++ {
 		for q := 0; q < regs; q++ {
-			a.op("VMOVUPS %s%d, %d(R9)", reg, r*regs+q, r*panelBytes+width*q)
+			a.Op("VMOVUPS %s%d, %d(R9)", reg, r*regs+q, r*panelBytes+width*q)
 		}
 	}
-	a.op("ADDQ $%d, R9", rows*panelBytes)
-	a.op("INCQ R11")
-	a.op("CMPQ R11, panels+32(FP)")
-	a.op("JLT %s_panel", name)
-	a.op("ADDQ R8, SI")
-	a.op("DECQ blocks+8(FP)")
-	a.op("JNZ %s_block", name)
-	a.op("VZEROUPPER")
-	a.op("RET")
+	a.Op("ADDQ $%d, R9", rows*panelBytes)
+	a.Op("INCQ R11")
+	a.Op("CMPQ R11, panels+32(FP)")
+	a.Op("JLT %s_panel", name)
+	a.Op("ADDQ R8, SI")
+	a.Op("DECQ blocks+8(FP)")
+	a.Op("JNZ %s_block", name)
+	a.Op("VZEROUPPER")
+	a.Op("RET")
 }

@@ -39,17 +39,14 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"log"
 	"os"
+
+	"github.com/smtd/smtd/internal/asmgen"
 )
 
-type asm struct{ bytes.Buffer }
-
-func (a *asm) op(format string, args ...any) { fmt.Fprintf(a, "\t"+format+"\n", args...) }
-func (a *asm) label(l string)                { fmt.Fprintf(a, "%s:\n", l) }
-func (a *asm) comment(c string)              { fmt.Fprintf(a, "\n\t// %s\n", c) }
+type asm = asmgen.File
 
 // unroll is the number of steps of l per trip of the main loop.
 const unroll = 4
@@ -87,86 +84,86 @@ func kernel(a *asm, s isa, nbcast int) {
 		fmt.Fprintf(a, "\n// func %s(kc int, a, b, c *float64, ldc int, alpha, beta float64, zero int)\n", name)
 		fmt.Fprintf(a, "TEXT ·%s(SB), NOSPLIT, $0-64\n", name)
 	}
-	a.op("MOVQ kc+0(FP), CX")
-	a.op("MOVQ a+8(FP), SI")
-	a.op("MOVQ b+16(FP), DI")
-	a.op("MOVQ c+24(FP), DX")
-	a.op("MOVQ ldc+32(FP), R8")
-	a.op("SHLQ $3, R8")
+	a.Op("MOVQ kc+0(FP), CX")
+	a.Op("MOVQ a+8(FP), SI")
+	a.Op("MOVQ b+16(FP), DI")
+	a.Op("MOVQ c+24(FP), DX")
+	a.Op("MOVQ ldc+32(FP), R8")
+	a.Op("SHLQ $3, R8")
 
-	a.comment("fetch the tile of C while the products run")
-	a.op("MOVQ DX, R9")
+	a.Comment("fetch the tile of C while the products run")
+	a.Op("MOVQ DX, R9")
 	rowBytes := 8 * s.nr
 	for i := 0; i < s.mr; i++ {
 		for off := 0; off < rowBytes; off += 64 {
-			a.op("PREFETCHT0 %d(R9)", off)
+			a.Op("PREFETCHT0 %d(R9)", off)
 		}
-		a.op("PREFETCHT0 %d(R9)", rowBytes-1)
+		a.Op("PREFETCHT0 %d(R9)", rowBytes-1)
 		if i < s.mr-1 {
-			a.op("ADDQ R8, R9")
+			a.Op("ADDQ R8, R9")
 		}
 	}
 
-	a.comment("acc = 0")
+	a.Comment("acc = 0")
 	for i := 0; i < s.mr*s.regs(); i++ {
-		a.op("%s %s, %s, %s", s.zero, s.r(i), s.r(i), s.r(i))
+		a.Op("%s %s, %s, %s", s.zero, s.r(i), s.r(i), s.r(i))
 	}
 
 	step := func(u int) {
 		for v := 0; v < s.regs(); v++ {
-			a.op("VMOVUPD %d(DI), %s", 8*(u*s.nr+v*s.lanes), s.r(s.bReg(v)))
+			a.Op("VMOVUPD %d(DI), %s", 8*(u*s.nr+v*s.lanes), s.r(s.bReg(v)))
 		}
 		for i := 0; i < s.mr; i++ {
 			bc := s.r(s.first() + i%nbcast)
-			a.op("VBROADCASTSD %d(SI), %s", 8*(u*s.mr+i), bc)
+			a.Op("VBROADCASTSD %d(SI), %s", 8*(u*s.mr+i), bc)
 			for v := 0; v < s.regs(); v++ {
-				a.op("VFMADD231PD %s, %s, %s", s.r(s.bReg(v)), bc, s.r(s.acc(i, v)))
+				a.Op("VFMADD231PD %s, %s, %s", s.r(s.bReg(v)), bc, s.r(s.acc(i, v)))
 			}
 		}
 	}
 
-	a.comment(fmt.Sprintf("%d steps of l per trip while at least %d are left", unroll, unroll))
-	a.op("CMPQ CX, $%d", unroll)
-	a.op("JLT %s_tail", name)
-	a.label(name + "_loop")
+	a.Comment(fmt.Sprintf("%d steps of l per trip while at least %d are left", unroll, unroll))
+	a.Op("CMPQ CX, $%d", unroll)
+	a.Op("JLT %s_tail", name)
+	a.Label(name + "_loop")
 	for u := 0; u < unroll; u++ {
 		step(u)
 	}
-	a.op("ADDQ $%d, SI", 8*unroll*s.mr)
-	a.op("ADDQ $%d, DI", 8*unroll*s.nr)
-	a.op("SUBQ $%d, CX", unroll)
-	a.op("CMPQ CX, $%d", unroll)
-	a.op("JGE %s_loop", name)
+	a.Op("ADDQ $%d, SI", 8*unroll*s.mr)
+	a.Op("ADDQ $%d, DI", 8*unroll*s.nr)
+	a.Op("SUBQ $%d, CX", unroll)
+	a.Op("CMPQ CX, $%d", unroll)
+	a.Op("JGE %s_loop", name)
 
-	a.comment("the remaining steps one at a time")
-	a.label(name + "_tail")
-	a.op("TESTQ CX, CX")
-	a.op("JZ %s_store", name)
-	a.label(name + "_one")
+	a.Comment("the remaining steps one at a time")
+	a.Label(name + "_tail")
+	a.Op("TESTQ CX, CX")
+	a.Op("JZ %s_store", name)
+	a.Label(name + "_one")
 	step(0)
-	a.op("ADDQ $%d, SI", 8*s.mr)
-	a.op("ADDQ $%d, DI", 8*s.nr)
-	a.op("DECQ CX")
-	a.op("JNZ %s_one", name)
+	a.Op("ADDQ $%d, SI", 8*s.mr)
+	a.Op("ADDQ $%d, DI", 8*s.nr)
+	a.Op("DECQ CX")
+	a.Op("JNZ %s_one", name)
 
-	a.label(name + "_store")
-	a.op("VBROADCASTSD alpha+40(FP), %s", s.r(s.free()))
-	a.op("VBROADCASTSD beta+48(FP), %s", s.r(s.free()+1))
-	a.op("MOVQ DX, R9")
+	a.Label(name + "_store")
+	a.Op("VBROADCASTSD alpha+40(FP), %s", s.r(s.free()))
+	a.Op("VBROADCASTSD beta+48(FP), %s", s.r(s.free()+1))
+	a.Op("MOVQ DX, R9")
 	if !s.masked {
 		store(a, s, name, false)
 		return
 	}
-	a.op("MOVQ rows+64(FP), R11")
-	a.op("MOVQ mask+72(FP), AX")
-	a.op("CMPQ R11, $%d", s.mr)
-	a.op("JNE %s_edge", name)
-	a.op("CMPQ AX, $0x%x", 1<<s.nr-1)
-	a.op("JNE %s_edge", name)
+	a.Op("MOVQ rows+64(FP), R11")
+	a.Op("MOVQ mask+72(FP), AX")
+	a.Op("CMPQ R11, $%d", s.mr)
+	a.Op("JNE %s_edge", name)
+	a.Op("CMPQ AX, $0x%x", 1<<s.nr-1)
+	a.Op("JNE %s_edge", name)
 	store(a, s, name, false)
-	a.label(name + "_edge")
-	a.op("KMOVW AX, K1")
-	a.op("KSHIFTRW $8, K1, K2")
+	a.Label(name + "_edge")
+	a.Op("KMOVW AX, K1")
+	a.Op("KSHIFTRW $8, K1, K2")
 	store(a, s, name+"_edge", true)
 }
 
@@ -186,46 +183,46 @@ func store(a *asm, s isa, name string, masked bool) {
 			return
 		}
 		if masked {
-			a.op("CMPQ R11, $%d", i+1)
-			a.op("JLE %s_done", name)
+			a.Op("CMPQ R11, $%d", i+1)
+			a.Op("JLE %s_done", name)
 		}
-		a.op("ADDQ R8, R9")
+		a.Op("ADDQ R8, R9")
 	}
-	a.op("CMPQ zero+56(FP), $0")
-	a.op("JNE %s_overwrite", name)
+	a.Op("CMPQ zero+56(FP), $0")
+	a.Op("JNE %s_overwrite", name)
 
-	a.comment("C = fma(α, acc, β·C)")
+	a.Comment("C = fma(α, acc, β·C)")
 	for i := 0; i < s.mr; i++ {
 		for v := 0; v < s.regs(); v++ {
 			off := 8 * v * s.lanes
 			if masked {
-				a.op("VMULPD.Z %d(R9), %s, %s%s", off, beta, mask(v), tmp)
+				a.Op("VMULPD.Z %d(R9), %s, %s%s", off, beta, mask(v), tmp)
 			} else {
-				a.op("VMULPD %d(R9), %s, %s", off, beta, tmp)
+				a.Op("VMULPD %d(R9), %s, %s", off, beta, tmp)
 			}
-			a.op("VFMADD231PD %s, %s, %s", alpha, s.r(s.acc(i, v)), tmp)
-			a.op("VMOVUPD %s, %s%d(R9)", tmp, mask(v), off)
+			a.Op("VFMADD231PD %s, %s, %s", alpha, s.r(s.acc(i, v)), tmp)
+			a.Op("VMOVUPD %s, %s%d(R9)", tmp, mask(v), off)
 		}
 		nextRow(i)
 	}
-	a.op("VZEROUPPER")
-	a.op("RET")
+	a.Op("VZEROUPPER")
+	a.Op("RET")
 
-	a.comment("β = 0: C = α·acc, C is not read")
-	a.label(name + "_overwrite")
+	a.Comment("β = 0: C = α·acc, C is not read")
+	a.Label(name + "_overwrite")
 	for i := 0; i < s.mr; i++ {
 		for v := 0; v < s.regs(); v++ {
 			acc := s.r(s.acc(i, v))
-			a.op("VMULPD %s, %s, %s", alpha, acc, acc)
-			a.op("VMOVUPD %s, %s%d(R9)", acc, mask(v), 8*v*s.lanes)
+			a.Op("VMULPD %s, %s, %s", alpha, acc, acc)
+			a.Op("VMOVUPD %s, %s%d(R9)", acc, mask(v), 8*v*s.lanes)
 		}
 		nextRow(i)
 	}
 	if masked {
-		a.label(name + "_done")
+		a.Label(name + "_done")
 	}
-	a.op("VZEROUPPER")
-	a.op("RET")
+	a.Op("VZEROUPPER")
+	a.Op("RET")
 }
 
 // copyRows emits copy<w>AVX512, which packs a micro-panel of w = 12 or 16
@@ -239,26 +236,26 @@ func copyRows(a *asm, w int) {
 	name := fmt.Sprintf("copy%dAVX512", w)
 	fmt.Fprintf(a, "\n// func %s(dst, src *float64, ld, depth int)\n", name)
 	fmt.Fprintf(a, "TEXT ·%s(SB), NOSPLIT, $0-32\n", name)
-	a.op("MOVQ dst+0(FP), DI")
-	a.op("MOVQ src+8(FP), SI")
-	a.op("MOVQ ld+16(FP), R8")
-	a.op("SHLQ $3, R8")
-	a.op("MOVQ depth+24(FP), CX")
-	a.label(name + "_step")
+	a.Op("MOVQ dst+0(FP), DI")
+	a.Op("MOVQ src+8(FP), SI")
+	a.Op("MOVQ ld+16(FP), R8")
+	a.Op("SHLQ $3, R8")
+	a.Op("MOVQ depth+24(FP), CX")
+	a.Label(name + "_step")
 	second := "Z1"
 	if w == 12 {
 		second = "Y1"
 	}
-	a.op("VMOVUPD (SI), Z0")
-	a.op("VMOVUPD 64(SI), %s", second)
-	a.op("VMOVUPD Z0, (DI)")
-	a.op("VMOVUPD %s, 64(DI)", second)
-	a.op("ADDQ R8, SI")
-	a.op("ADDQ $%d, DI", 8*w)
-	a.op("DECQ CX")
-	a.op("JNZ %s_step", name)
-	a.op("VZEROUPPER")
-	a.op("RET")
+	a.Op("VMOVUPD (SI), Z0")
+	a.Op("VMOVUPD 64(SI), %s", second)
+	a.Op("VMOVUPD Z0, (DI)")
+	a.Op("VMOVUPD %s, 64(DI)", second)
+	a.Op("ADDQ R8, SI")
+	a.Op("ADDQ $%d, DI", 8*w)
+	a.Op("DECQ CX")
+	a.Op("JNZ %s_step", name)
+	a.Op("VZEROUPPER")
+	a.Op("RET")
 }
 
 func main() {
@@ -297,25 +294,25 @@ func transpose(a *asm, w int) {
 	name := fmt.Sprintf("transpose%dAVX512", w)
 	fmt.Fprintf(a, "\n// func %s(dst, src *float64, ld, blocks int)\n", name)
 	fmt.Fprintf(a, "TEXT ·%s(SB), NOSPLIT, $0-32\n", name)
-	a.op("MOVQ dst+0(FP), DI")
-	a.op("MOVQ src+8(FP), SI")
-	a.op("MOVQ ld+16(FP), R8")
-	a.op("SHLQ $3, R8")
-	a.op("MOVQ blocks+24(FP), CX")
-	a.label(name + "_block")
-	a.op("MOVQ SI, R10")
+	a.Op("MOVQ dst+0(FP), DI")
+	a.Op("MOVQ src+8(FP), SI")
+	a.Op("MOVQ ld+16(FP), R8")
+	a.Op("SHLQ $3, R8")
+	a.Op("MOVQ blocks+24(FP), CX")
+	a.Label(name + "_block")
+	a.Op("MOVQ SI, R10")
 	shuf := func(imm string, x, y, dst int) {
-		a.op("VSHUFF64X2 $%s, Z%d, Z%d, Z%d", imm, y, x, dst) // dst = x.L?, x.L?, y.L?, y.L?
+		a.Op("VSHUFF64X2 $%s, Z%d, Z%d, Z%d", imm, y, x, dst) // dst = x.L?, x.L?, y.L?, y.L?
 	}
 	for g := 0; g < w/8; g++ {
-		a.comment(fmt.Sprintf("rows %d to %d", 8*g, 8*g+7))
+		a.Comment(fmt.Sprintf("rows %d to %d", 8*g, 8*g+7))
 		for r := 0; r < 8; r++ {
-			a.op("VMOVUPD (R10), Z%d", r)
-			a.op("ADDQ R8, R10")
+			a.Op("VMOVUPD (R10), Z%d", r)
+			a.Op("ADDQ R8, R10")
 		}
 		for p := 0; p < 4; p++ {
-			a.op("VUNPCKLPD Z%d, Z%d, Z%d", 2*p+1, 2*p, 8+2*p)
-			a.op("VUNPCKHPD Z%d, Z%d, Z%d", 2*p+1, 2*p, 9+2*p)
+			a.Op("VUNPCKLPD Z%d, Z%d, Z%d", 2*p+1, 2*p, 8+2*p)
+			a.Op("VUNPCKHPD Z%d, Z%d, Z%d", 2*p+1, 2*p, 9+2*p)
 		}
 		// Z8+o+2q holds rows 2q, 2q+1 of the columns of parity o in its
 		// lanes; then 4 rows of columns {o, o+4} and {o+2, o+6}.
@@ -333,24 +330,24 @@ func transpose(a *asm, w int) {
 			}
 		}
 		for c := 0; c < 8; c++ {
-			a.op("VMOVUPD Z%d, %d(DI)", 24+c, 8*(c*w+8*g))
+			a.Op("VMOVUPD Z%d, %d(DI)", 24+c, 8*(c*w+8*g))
 		}
 	}
 	if w%8 == 4 {
 		g := w / 8
-		a.comment(fmt.Sprintf("rows %d to %d", 8*g, 8*g+3))
+		a.Comment(fmt.Sprintf("rows %d to %d", 8*g, 8*g+3))
 		for r := 0; r < 4; r++ {
-			a.op("VMOVUPD (R10), Z%d", r)
+			a.Op("VMOVUPD (R10), Z%d", r)
 			if r < 3 {
-				a.op("ADDQ R8, R10")
+				a.Op("ADDQ R8, R10")
 			}
 		}
 		for p := 0; p < 2; p++ {
-			a.op("VUNPCKLPD Z%d, Z%d, Z%d", 2*p+1, 2*p, 8+2*p)
-			a.op("VUNPCKHPD Z%d, Z%d, Z%d", 2*p+1, 2*p, 9+2*p)
+			a.Op("VUNPCKLPD Z%d, Z%d, Z%d", 2*p+1, 2*p, 8+2*p)
+			a.Op("VUNPCKHPD Z%d, Z%d, Z%d", 2*p+1, 2*p, 9+2*p)
 		}
 		for t := 0; t < 4; t++ {
-			a.op("VEXTRACTF64X4 $1, Z%d, Y%d", 8+t, 12+t)
+			a.Op("VEXTRACTF64X4 $1, Z%d, Y%d", 8+t, 12+t)
 		}
 		// Y8+o (Y12+o for the high half) holds rows 0, 1 of columns of
 		// parity o, Y10+o (Y14+o) rows 2, 3.
@@ -358,18 +355,18 @@ func transpose(a *asm, w int) {
 			for half := 0; half < 2; half++ {
 				lo, hi := 8+o+4*half, 10+o+4*half
 				c := o + 4*half
-				a.op("VPERM2F128 $0x20, Y%d, Y%d, Y%d", hi, lo, c)
-				a.op("VPERM2F128 $0x31, Y%d, Y%d, Y%d", hi, lo, c+2)
+				a.Op("VPERM2F128 $0x20, Y%d, Y%d, Y%d", hi, lo, c)
+				a.Op("VPERM2F128 $0x31, Y%d, Y%d, Y%d", hi, lo, c+2)
 			}
 		}
 		for c := 0; c < 8; c++ {
-			a.op("VMOVUPD Y%d, %d(DI)", c, 8*(c*w+8*g))
+			a.Op("VMOVUPD Y%d, %d(DI)", c, 8*(c*w+8*g))
 		}
 	}
-	a.op("ADDQ $64, SI")
-	a.op("ADDQ $%d, DI", 8*8*w)
-	a.op("DECQ CX")
-	a.op("JNZ %s_block", name)
-	a.op("VZEROUPPER")
-	a.op("RET")
+	a.Op("ADDQ $64, SI")
+	a.Op("ADDQ $%d, DI", 8*8*w)
+	a.Op("DECQ CX")
+	a.Op("JNZ %s_block", name)
+	a.Op("VZEROUPPER")
+	a.Op("RET")
 }
