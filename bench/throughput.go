@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
+	"runtime/metrics"
 	"slices"
 	"strconv"
 	"strings"
@@ -45,7 +46,8 @@ import (
 // With the daemon in this process, each query phase also reports the
 // garbage collection cycles of the process (<phase>_gc_cycles) and the
 // share of the answers above the p99 that were in flight as one ended
-// (<phase>_slow_near_gc; see collections).
+// (<phase>_slow_near_gc; see collections), and what the process
+// allocated a second (<phase>_alloc_mb_per_s).
 //
 // The daemon runs with its configured query workers and queue and the
 // learner's yield to queries (service.query_workers, service.query_queue,
@@ -147,7 +149,7 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 		stop := make(chan struct{})
 		learnedBefore := in.learned()
 		errc := make(chan error, 1)
-		start := time.Now()
+		start, allocated := time.Now(), heapAllocated()
 		go func() {
 			if !learning {
 				<-stop
@@ -166,6 +168,7 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 		load, err := sendQueries(ctx, qnc, embedSubject, test, r, time.Duration(*seconds*float64(time.Second)), *timeout, name)
 		if load != nil {
 			load.gcCycles, load.slowNearGC = collections(load, start)
+			load.allocMBps = float64(heapAllocated()-allocated) / 1e6 / time.Since(start).Seconds()
 		}
 		close(stop)
 		if perr := <-errc; err == nil {
@@ -229,6 +232,7 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 		if !*process { // the collector of the daemon's process
 			line(ph.name+"_gc_cycles", l.gcCycles)
 			line(ph.name+"_slow_near_gc", fmt.Sprintf("%.2f", l.slowNearGC))
+			line(ph.name+"_alloc_mb_per_s", fmt.Sprintf("%.1f", l.allocMBps))
 		}
 	}
 	return nil
@@ -292,6 +296,17 @@ type queryLoad struct {
 	// end of one (see collections).
 	gcCycles   int
 	slowNearGC float64
+	// allocMBps is what this process allocated on the heap a second
+	// over the phase, in MB: what the collector's cycles follow.
+	allocMBps float64
+}
+
+// heapAllocated returns the bytes this process has allocated on the heap
+// since it started (runtime/metrics).
+func heapAllocated() uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
 }
 
 // gcWindow is how long before the end of a garbage collection cycle an

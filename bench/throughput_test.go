@@ -33,3 +33,14 @@ func TestCollectionsFindsSlowAnswersNearGC(t *testing.T) {
 		t.Errorf("slow answers near a collection: %v, want 0.5", near)
 	}
 }
+
+// heapAllocated counts what this process allocates.
+func TestHeapAllocatedCounts(t *testing.T) {
+	before := heapAllocated()
+	sink = make([]byte, 1<<20)
+	if got := heapAllocated() - before; got < 1<<20 {
+		t.Errorf("%d bytes counted for a 1 MiB allocation", got)
+	}
+}
+
+var sink []byte
