@@ -228,7 +228,7 @@ type pipeline struct {
 	health                  atomic.Pointer[Health]
 
 	snap     atomic.Pointer[snapshot]
-	retired  []*snapshot   // replaced snapshots, oldest first (publishSnapshot)
+	retired  []*snapshot   // replaced snapshots, oldest first; written with model (publishSnapshot)
 	gate     queryGate     // the queries waiting to be encoded, which learning gives way to
 	yield    time.Duration // service.learn_yield
 	yieldFor time.Duration // what is left of yield in this batch
