@@ -34,6 +34,7 @@ func MNIST(ctx context.Context, w io.Writer, args []string) error {
 	dir := fs.String("mnist", "../shared/data/mnist", "`directory` with the MNIST IDX files (gzip'd or not)")
 	nTrain := fs.Int("train", 60000, "training images streamed (the first N)")
 	nTest := fs.Int("test", 10000, "test images embedded (the first M)")
+	validation := fs.Int("validation", 0, "hold out the last `N` training images and score on them instead of the test set (for choosing settings without looking at the test set)")
 	atoms := fs.Int("k", 4096, "dictionary size K")
 	dim := fs.Int("dim", 32, "SMT embedding dimension")
 	ctxRange := fs.Int("context", 3, "SMT context range in patch positions (0: whole image)")
@@ -47,6 +48,7 @@ func MNIST(ctx context.Context, w io.Writer, args []string) error {
 	lambda := fs.Float64("lambda", 0.1, "whitening λ")
 	smtMemory := fs.Float64("smt-memory", config.DefaultPipeline(config.Image, "").SMT.Memory, "patches the SMT statistics average over (0: never forget)")
 	kmDecay := fs.Float64("kmeans-decay", 0, "k-means rate decay per batch (anneals the dictionary)")
+	kmMemory := fs.Float64("kmeans-memory", config.DefaultPipeline(config.Image, "").KMeans.Memory, "assigned patches an atom of average use averages over (inf: never forget)")
 	raw := fs.Bool("raw", false, "also report soft-KNN on raw pixels")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to `file`")
 	seed := fs.Uint64("seed", config.DefaultPipeline(config.Image, "").Seed, "the pipeline's seed (k-means++ seeding and re-seeding)")
@@ -64,6 +66,12 @@ func MNIST(ctx context.Context, w io.Writer, args []string) error {
 	if err != nil {
 		return err
 	}
+	if *validation < 0 || *validation >= train.N {
+		return fmt.Errorf("bench mnist: -validation must be in [0, %d), got %d", train.N, *validation)
+	}
+	if *validation > 0 {
+		train, test = train.Split(train.N - *validation)
+	}
 	*nTrain, *nTest = min(*nTrain, train.N), min(*nTest, test.N)
 
 	p := mnistPipeline(*atoms)
@@ -72,6 +80,7 @@ func MNIST(ctx context.Context, w io.Writer, args []string) error {
 	p.Whiten.Lambda = *lambda
 	p.Seed = *seed
 	p.KMeans.Decay = *kmDecay
+	p.KMeans.Memory = *kmMemory
 	p.SMT.Memory = *smtMemory
 	p.SMT.Dim, p.SMT.Context, p.SMT.Solver, p.SMT.Blank, p.SMT.Drop = *dim, *ctxRange, *solver, *blank, *drop
 	if p.SMT.NonRedundant = *nonRedundant; *nonRedundant {
@@ -142,6 +151,7 @@ func MNIST(ctx context.Context, w io.Writer, args []string) error {
 	line := func(name string, v any) { fmt.Fprintf(w, "%s: %v\n", name, v) }
 	line("train_images", *nTrain)
 	line("test_images", *nTest)
+	line("validation", fmt.Sprint(*validation > 0))
 	line("passes", *passes)
 	line("k", *atoms)
 	line("dim", *dim)
@@ -149,6 +159,8 @@ func MNIST(ctx context.Context, w io.Writer, args []string) error {
 	line("solver", p.SMT.Solver)
 	line("nonredundant", fmt.Sprint(*nonRedundant))
 	line("blank", *blank)
+	line("kmeans_memory", *kmMemory)
+	line("smt_memory", *smtMemory)
 	line("embedding_size", trainX.RawMatrix().Cols)
 	line("learn_seconds", fmt.Sprintf("%.1f", learnTime.Seconds()))
 	line("learn_images_per_s", fmt.Sprintf("%.0f", seen/learnTime.Seconds()))

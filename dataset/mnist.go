@@ -47,6 +47,21 @@ func (im *Images) Image(i int) []uint8 {
 	return im.Pixels[i*n : (i+1)*n : (i+1)*n]
 }
 
+// Split returns the first n images and the rest as two sets that alias
+// im's memory. It panics if n is out of [0, N].
+func (im *Images) Split(n int) (head, tail *Images) {
+	if n < 0 || n > im.N {
+		panic(fmt.Sprintf("dataset: split at %d out of range [0,%d]", n, im.N))
+	}
+	size := im.Rows * im.Cols
+	head = &Images{N: n, Rows: im.Rows, Cols: im.Cols, Pixels: im.Pixels[: n*size : n*size]}
+	tail = &Images{N: im.N - n, Rows: im.Rows, Cols: im.Cols, Pixels: im.Pixels[n*size:]}
+	if im.Labels != nil {
+		head.Labels, tail.Labels = im.Labels[:n:n], im.Labels[n:]
+	}
+	return head, tail
+}
+
 // ReadMNIST reads the MNIST split "train" or "t10k" from dir: the files
 // <split>-images-idx3-ubyte and <split>-labels-idx1-ubyte, each either plain
 // or gzip-compressed with a ".gz" suffix (the plain file is preferred when

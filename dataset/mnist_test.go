@@ -156,3 +156,22 @@ func TestImagePanics(t *testing.T) {
 	}()
 	im.Image(1)
 }
+
+func TestImagesSplit(t *testing.T) {
+	im := &Images{N: 3, Rows: 1, Cols: 2, Pixels: []uint8{1, 2, 3, 4, 5, 6}, Labels: []uint8{7, 8, 9}}
+	head, tail := im.Split(1)
+	if head.N != 1 || !bytes.Equal(head.Image(0), []byte{1, 2}) || !bytes.Equal(head.Labels, []byte{7}) {
+		t.Fatalf("head = %+v", head)
+	}
+	if tail.N != 2 || !bytes.Equal(tail.Image(1), []byte{5, 6}) || !bytes.Equal(tail.Labels, []byte{8, 9}) {
+		t.Fatalf("tail = %+v", tail)
+	}
+	// The head's capacity ends at the split: appending cannot reach the tail.
+	if cap(head.Pixels) != 2 || cap(head.Labels) != 1 {
+		t.Fatalf("head capacities %d, %d", cap(head.Pixels), cap(head.Labels))
+	}
+	unlabelled := &Images{N: 2, Rows: 1, Cols: 1, Pixels: []uint8{1, 2}}
+	if h, tl := unlabelled.Split(2); h.Labels != nil || tl.N != 0 {
+		t.Fatalf("unlabelled split: %+v, %+v", h, tl)
+	}
+}
