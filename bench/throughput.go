@@ -47,7 +47,12 @@ import (
 // garbage collection cycles of the process (<phase>_gc_cycles) and the
 // share of the answers above the p99 that were in flight as one ended
 // (<phase>_slow_near_gc; see collections), and what the process
-// allocated a second (<phase>_alloc_mb_per_s).
+// allocated a second (<phase>_alloc_mb_per_s). Each query phase also
+// reports, from the daemon's counters (daemon.QueryStatus, Linux), the
+// share of the query workers' time their threads waited for a CPU
+// (<phase>_work_off_cpu) and the share of the queries that waited for
+// more than half of theirs (<phase>_mostly_off_cpu): above 0.01, that
+// alone makes the p99 the operating system's, not the encoder's.
 //
 // The daemon runs with its configured query workers and queue and the
 // learner's yield to queries (service.query_workers, service.query_queue,
@@ -150,6 +155,10 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 		learnedBefore := in.learned()
 		errc := make(chan error, 1)
 		start, allocated := time.Now(), heapAllocated()
+		work0, err := in.queryWork()
+		if err != nil {
+			return nil, 0, err
+		}
 		go func() {
 			if !learning {
 				<-stop
@@ -169,6 +178,11 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 		if load != nil {
 			load.gcCycles, load.slowNearGC = collections(load, start)
 			load.allocMBps = float64(heapAllocated()-allocated) / 1e6 / time.Since(start).Seconds()
+			work1, werr := in.queryWork()
+			if werr != nil && err == nil {
+				err = werr
+			}
+			load.setOffCPU(work0, work1)
 		}
 		close(stop)
 		if perr := <-errc; err == nil {
@@ -229,6 +243,8 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 		if ph.load != idle {
 			line(ph.name+"_learn_images_per_s", fmt.Sprintf("%.0f", ph.learn))
 		}
+		line(ph.name+"_work_off_cpu", fmt.Sprintf("%.3f", l.offCPU))
+		line(ph.name+"_mostly_off_cpu", fmt.Sprintf("%.4f", l.mostlyOffCPU))
 		if !*process { // the collector of the daemon's process
 			line(ph.name+"_gc_cycles", l.gcCycles)
 			line(ph.name+"_slow_near_gc", fmt.Sprintf("%.2f", l.slowNearGC))
@@ -299,6 +315,31 @@ type queryLoad struct {
 	// allocMBps is what this process allocated on the heap a second
 	// over the phase, in MB: what the collector's cycles follow.
 	allocMBps float64
+	// offCPU is the share of the daemon's query work (a worker taking a
+	// query to its reply going out) its workers' threads waited for a
+	// CPU, and mostlyOffCPU the share of the timed queries that waited
+	// for more than half of their work (daemon.QueryStatus; -1 when the
+	// daemon timed none, off Linux).
+	offCPU, mostlyOffCPU float64
+}
+
+// queryWork returns the query counters of the pipeline the bench runs.
+func (in *benchDaemon) queryWork() (daemon.QueryStatus, error) {
+	st, err := in.status()
+	if err != nil {
+		return daemon.QueryStatus{}, err
+	}
+	return st.Pipelines[0].Queries, nil
+}
+
+// setOffCPU sets l.offCPU and l.mostlyOffCPU from the daemon's query
+// counters before (a) and after (b) the phase.
+func (l *queryLoad) setOffCPU(a, b daemon.QueryStatus) {
+	l.offCPU, l.mostlyOffCPU = -1, -1
+	if b.Timed > a.Timed {
+		l.offCPU = (b.OffCPUSeconds - a.OffCPUSeconds) / (b.WorkSeconds - a.WorkSeconds)
+		l.mostlyOffCPU = float64(b.MostlyOffCPU-a.MostlyOffCPU) / float64(b.Timed-a.Timed)
+	}
 }
 
 // heapAllocated returns the bytes this process has allocated on the heap

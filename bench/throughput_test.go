@@ -1,9 +1,12 @@
 package bench
 
 import (
+	"math"
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/smtd/smtd/daemon"
 )
 
 // collections counts the answers above the p99 that were in flight while
@@ -44,3 +47,19 @@ func TestHeapAllocatedCounts(t *testing.T) {
 }
 
 var sink []byte
+
+// The off-CPU shares of a phase come from the daemon's counters' growth
+// over it, and are -1 when it timed no query.
+func TestOffCPUShares(t *testing.T) {
+	a := daemon.QueryStatus{Timed: 100, WorkSeconds: 1, OffCPUSeconds: 0.5, MostlyOffCPU: 10}
+	b := daemon.QueryStatus{Timed: 300, WorkSeconds: 3, OffCPUSeconds: 0.9, MostlyOffCPU: 14}
+	var l queryLoad
+	l.setOffCPU(a, b)
+	if math.Abs(l.offCPU-0.2) > 1e-12 || math.Abs(l.mostlyOffCPU-0.02) > 1e-12 {
+		t.Errorf("off CPU %v, mostly %v; want 0.2 and 0.02", l.offCPU, l.mostlyOffCPU)
+	}
+	l.setOffCPU(b, b)
+	if l.offCPU != -1 || l.mostlyOffCPU != -1 {
+		t.Errorf("no query timed: off CPU %v, mostly %v; want -1", l.offCPU, l.mostlyOffCPU)
+	}
+}

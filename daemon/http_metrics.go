@@ -56,6 +56,7 @@ type collector struct {
 
 	messages, rejected, published, rollbacks, checkpoints *prometheus.Desc
 	lag, version, health, ckptAge, ckptBytes, queries     *prometheus.Desc
+	queryWork, queryOffCPU                                *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*collector)(nil)
@@ -83,11 +84,13 @@ func newCollector(d *Daemon) *collector {
 		ckptAge:     prometheus.NewDesc("smtd_checkpoint_age_seconds", "Seconds since the newest checkpoint was written (or, before the first, since the restored one was).", pl, nil),
 		ckptBytes:   prometheus.NewDesc("smtd_checkpoint_bytes", "Size of the newest checkpoint written.", pl, nil),
 		queries:     prometheus.NewDesc("smtd_queries_total", "Embed and neighbours queries by result: answered, busy (queue full), error.", []string{"pipeline", "result"}, nil),
+		queryWork:   prometheus.NewDesc("smtd_query_work_seconds_total", "Time query workers spent on queries, from taking one to its reply (timed queries: Linux, worker on one thread).", pl, nil),
+		queryOffCPU: prometheus.NewDesc("smtd_query_off_cpu_seconds_total", "The part of smtd_query_work_seconds_total the workers' threads waited for a CPU.", pl, nil),
 	}
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.messages, c.rejected, c.published, c.rollbacks, c.checkpoints, c.lag, c.version, c.health, c.ckptAge, c.ckptBytes, c.queries} {
+	for _, d := range []*prometheus.Desc{c.messages, c.rejected, c.published, c.rollbacks, c.checkpoints, c.lag, c.version, c.health, c.ckptAge, c.ckptBytes, c.queries, c.queryWork, c.queryOffCPU} {
 		ch <- d
 	}
 	for _, pl := range c.d.pipelines {
@@ -121,6 +124,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.queries, ps.Queries.Answered, name, "answered")
 		counter(c.queries, ps.Queries.Busy, name, "busy")
 		counter(c.queries, ps.Queries.Errors, name, "error")
+		ch <- prometheus.MustNewConstMetric(c.queryWork, prometheus.CounterValue, ps.Queries.WorkSeconds, name)
+		ch <- prometheus.MustNewConstMetric(c.queryOffCPU, prometheus.CounterValue, ps.Queries.OffCPUSeconds, name)
 		gauge(c.lag, float64(ps.Backlog), name)
 		gauge(c.version, float64(ps.ModelVersion), name)
 		for _, s := range healthStates {

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"runtime"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -18,4 +19,14 @@ const threadPriorities = true
 func lowerLearnerPriority(nice int) error {
 	runtime.LockOSThread()
 	return unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), nice)
+}
+
+// threadCPU returns the calling thread's id and the CPU time it has run
+// (CLOCK_THREAD_CPUTIME_ID); ok is false if the clock cannot be read.
+func threadCPU() (tid int, cpu time.Duration, ok bool) {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts); err != nil {
+		return 0, 0, false
+	}
+	return unix.Gettid(), time.Duration(ts.Nano()), true
 }

@@ -173,9 +173,25 @@ func (p *queryPool) work() {
 	defer releaseEncoders(encoders)
 	for q := range p.jobs {
 		q.pl.gate.leave()
+		w := startWork()
 		r := p.answer(&q, encoders)
 		p.respond(&q, &r)
+		p.stats[q.pl].worked(w)
 	}
+}
+
+// work is when a query worker started on a query: the wall clock, and
+// its thread and that thread's CPU time (ok false: unknown).
+type work struct {
+	start time.Time
+	tid   int
+	cpu   time.Duration
+	ok    bool
+}
+
+func startWork() work {
+	tid, cpu, ok := threadCPU()
+	return work{time.Now(), tid, cpu, ok}
 }
 
 // answer computes the reply to q. A panic while encoding (a bug: inputs
@@ -263,6 +279,11 @@ type queryStats struct {
 	// busy, those refused at once because the queue was full; failed,
 	// the other error replies (bad request, model not ready, ...).
 	answered, busy, failed atomic.Int64
+	// timed counts the queries whose work was timed on one thread;
+	// workNs and offCPUNs sum their work and the part of it their
+	// threads did not run; mostlyOffCPU counts those that did not run
+	// for more than half of their work (see QueryStatus).
+	timed, workNs, offCPUNs, mostlyOffCPU atomic.Int64
 
 	mu      sync.Mutex
 	latency [queryLatencies]time.Duration // ring of the latest answers
@@ -276,6 +297,23 @@ func (s *queryStats) observe(d time.Duration) {
 	s.next = (s.next + 1) % len(s.latency)
 	s.n = min(s.n+1, len(s.latency))
 	s.mu.Unlock()
+}
+
+// worked adds the time a worker spent on a query it started at w, if its
+// goroutine stayed on one thread and that thread's CPU time is known.
+func (s *queryStats) worked(w work) {
+	tid, cpu, ok := threadCPU()
+	if !ok || !w.ok || tid != w.tid {
+		return
+	}
+	wall := time.Since(w.start)
+	off := max(wall-(cpu-w.cpu), 0)
+	s.timed.Add(1)
+	s.workNs.Add(int64(wall))
+	s.offCPUNs.Add(int64(off))
+	if 2*off > wall {
+		s.mostlyOffCPU.Add(1)
+	}
 }
 
 // QueryStatus counts a pipeline's embed and neighbours queries since the
@@ -292,10 +330,27 @@ type QueryStatus struct {
 	// the last 1024 answered queries; 0 before the first.
 	P50Ms float64 `json:"latency_p50_ms"`
 	P99Ms float64 `json:"latency_p99_ms"`
+	// Timed queries are those whose work (from a worker taking the query
+	// to its reply going out) was timed; on Linux, every query whose
+	// goroutine stayed on one OS thread meanwhile, elsewhere none.
+	// WorkSeconds sums their work and OffCPUSeconds the part of it their
+	// threads waited for a CPU (wall time minus the thread's CPU time):
+	// other threads, of this process or others, had the cores.
+	// MostlyOffCPU counts the timed queries that waited for a CPU for
+	// more than half of their work. A share of OffCPUSeconds that grows
+	// with load says the daemon needs more cores, not faster code.
+	Timed         int64   `json:"timed"`
+	WorkSeconds   float64 `json:"work_seconds"`
+	OffCPUSeconds float64 `json:"off_cpu_seconds"`
+	MostlyOffCPU  int64   `json:"mostly_off_cpu"`
 }
 
 func (s *queryStats) status() QueryStatus {
-	st := QueryStatus{Answered: s.answered.Load(), Busy: s.busy.Load(), Errors: s.failed.Load()}
+	st := QueryStatus{
+		Answered: s.answered.Load(), Busy: s.busy.Load(), Errors: s.failed.Load(),
+		Timed: s.timed.Load(), WorkSeconds: time.Duration(s.workNs.Load()).Seconds(),
+		OffCPUSeconds: time.Duration(s.offCPUNs.Load()).Seconds(), MostlyOffCPU: s.mostlyOffCPU.Load(),
+	}
 	s.mu.Lock()
 	lat := slices.Clone(s.latency[:s.n])
 	s.mu.Unlock()

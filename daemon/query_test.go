@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -308,6 +309,39 @@ func TestQueriesFloodWhileLearning(t *testing.T) {
 	}
 	if st.P99Ms < st.P50Ms || st.P50Ms <= 0 {
 		t.Errorf("latency percentiles p50 %v ms, p99 %v ms", st.P50Ms, st.P99Ms)
+	}
+	if _, _, ok := threadCPU(); ok && (st.Timed == 0 || st.WorkSeconds <= 0) {
+		t.Errorf("no query work timed: %+v", st)
+	}
+	if st.OffCPUSeconds > st.WorkSeconds || st.MostlyOffCPU > st.Timed || st.Timed > int64(answered+busy) {
+		t.Errorf("off-CPU counts out of range: %+v", st)
+	}
+}
+
+// A worker's thread that blocks is off the CPU for the whole of its
+// work; one that computes is on it for some of it.
+func TestQueryWorkOffCPU(t *testing.T) {
+	if _, _, ok := threadCPU(); !ok {
+		t.Skip("no thread CPU clock on " + runtime.GOOS)
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var s queryStats
+	w := startWork()
+	time.Sleep(20 * time.Millisecond) // the locked thread sleeps with its goroutine
+	s.worked(w)
+	st := s.status()
+	if st.Timed != 1 || st.MostlyOffCPU != 1 || st.OffCPUSeconds < 0.9*st.WorkSeconds {
+		t.Fatalf("after a sleep: %+v, want one query timed, mostly off the CPU", st)
+	}
+	w = startWork()
+	for x := 0.0; time.Since(w.start) < 20*time.Millisecond; x++ {
+		_ = math.Sqrt(x)
+	}
+	s.worked(w)
+	st2 := s.status()
+	if st2.Timed != 2 || st2.OffCPUSeconds-st.OffCPUSeconds >= st2.WorkSeconds-st.WorkSeconds {
+		t.Fatalf("after computing: %+v (before %+v), want some of the work on the CPU", st2, st)
 	}
 }
 
