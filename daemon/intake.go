@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -63,6 +64,12 @@ type jsIntake struct {
 	// lag is the number of messages of the stream after the newest one
 	// fetched (the consumer's pending count), for health and status.
 	lag uint64
+	// ahead is the fetch of the next batch, sent as next returns one
+	// (nil: none): the server looks it up and delivers it while the
+	// pipeline learns, instead of after. Its messages and the batch
+	// being learned stay within the consumer's MaxAckPending (two
+	// batches of at least four).
+	ahead jetstream.MessageBatch
 }
 
 // consumerName is the durable consumer of a pipeline: smtd-<pipeline>,
@@ -168,26 +175,47 @@ func (in *jsIntake) next(ctx context.Context, max int, wait time.Duration, whole
 	if wait == 0 {
 		wait = wholeWait
 	}
-	if len(in.msgs) < max {
+	if in.ahead != nil && len(in.msgs) < max {
+		err := in.receive(in.ahead)
+		in.ahead = nil
+		if err != nil || ctx.Err() != nil {
+			return in.take(max, whole), cmp.Or(err, ctx.Err())
+		}
+	}
+	if len(in.msgs) == 0 || (whole && len(in.msgs) < max) {
 		// Fetch waits at most wait; ctx is checked after it, so shutdown
 		// waits for at most one fetch.
 		b, err := in.cons.Fetch(max-len(in.msgs), jetstream.FetchMaxWait(wait))
 		if err != nil {
 			return in.take(max, whole), err
 		}
-		for m := range b.Messages() {
-			md, err := m.Metadata()
-			if err != nil {
-				continue // not a JetStream message; cannot happen on a pull consumer
-			}
-			in.msgs = append(in.msgs, inMsg{header: m.Headers(), data: m.Data(), seq: md.Sequence.Stream, ack: m.Ack})
-			in.lag = md.NumPending
-		}
-		if err := b.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
+		if err := in.receive(b); err != nil {
 			return in.take(max, whole), err
 		}
 	}
-	return in.take(max, whole), ctx.Err()
+	out := in.take(max, whole)
+	if len(out) > 0 && len(in.msgs) < max && ctx.Err() == nil {
+		// A failed send only means no fetch ahead: the next call fetches.
+		in.ahead, _ = in.cons.Fetch(max-len(in.msgs), jetstream.FetchMaxWait(wait))
+	}
+	return out, ctx.Err()
+}
+
+// receive appends the messages of fetch b to the pending ones as they
+// arrive, until b ends; a timeout is not an error.
+func (in *jsIntake) receive(b jetstream.MessageBatch) error {
+	for m := range b.Messages() {
+		md, err := m.Metadata()
+		if err != nil {
+			continue // not a JetStream message; cannot happen on a pull consumer
+		}
+		in.msgs = append(in.msgs, inMsg{header: m.Headers(), data: m.Data(), seq: md.Sequence.Stream, ack: m.Ack})
+		in.lag = md.NumPending
+	}
+	if err := b.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return nil
 }
 
 func (in *jsIntake) backlog() uint64 { return in.lag + uint64(len(in.msgs)) }
