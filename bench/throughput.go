@@ -49,10 +49,11 @@ import (
 // (<phase>_slow_near_gc; see collections), and what the process
 // allocated a second (<phase>_alloc_mb_per_s). Each query phase also
 // reports, from the daemon's counters (daemon.QueryStatus, Linux), the
-// share of the query workers' time their threads waited for a CPU
-// (<phase>_work_off_cpu) and the share of the queries that waited for
-// more than half of theirs (<phase>_mostly_off_cpu): above 0.01, that
-// alone makes the p99 the operating system's, not the encoder's.
+// share of the query workers' time their threads did not run, mostly
+// waiting for a core (<phase>_work_off_cpu), and the share of the
+// queries whose thread did not run for more than half of their work
+// (<phase>_mostly_off_cpu): above 0.01, the scheduling of threads on
+// cores alone can set the p99.
 //
 // The daemon runs with its configured query workers and queue and the
 // learner's yield to queries (service.query_workers, service.query_queue,
@@ -316,9 +317,9 @@ type queryLoad struct {
 	// over the phase, in MB: what the collector's cycles follow.
 	allocMBps float64
 	// offCPU is the share of the daemon's query work (a worker taking a
-	// query to its reply going out) its workers' threads waited for a
-	// CPU, and mostlyOffCPU the share of the timed queries that waited
-	// for more than half of their work (daemon.QueryStatus; -1 when the
+	// query to its reply going out) its workers' threads did not run,
+	// and mostlyOffCPU the share of the timed queries whose thread did
+	// not run for more than half of their work (daemon.QueryStatus; -1 when the
 	// daemon timed none, off Linux).
 	offCPU, mostlyOffCPU float64
 }

@@ -85,7 +85,7 @@ func newCollector(d *Daemon) *collector {
 		ckptBytes:   prometheus.NewDesc("smtd_checkpoint_bytes", "Size of the newest checkpoint written.", pl, nil),
 		queries:     prometheus.NewDesc("smtd_queries_total", "Embed and neighbours queries by result: answered, busy (queue full), error.", []string{"pipeline", "result"}, nil),
 		queryWork:   prometheus.NewDesc("smtd_query_work_seconds_total", "Time query workers spent on queries, from taking one to its reply (timed queries: Linux, worker on one thread).", pl, nil),
-		queryOffCPU: prometheus.NewDesc("smtd_query_off_cpu_seconds_total", "The part of smtd_query_work_seconds_total the workers' threads waited for a CPU.", pl, nil),
+		queryOffCPU: prometheus.NewDesc("smtd_query_off_cpu_seconds_total", "The part of smtd_query_work_seconds_total the workers' threads did not run: waiting for a core, or asleep while a worker waited for a lock.", pl, nil),
 	}
 }
 

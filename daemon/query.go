@@ -334,11 +334,14 @@ type QueryStatus struct {
 	// to its reply going out) was timed; on Linux, every query whose
 	// goroutine stayed on one OS thread meanwhile, elsewhere none.
 	// WorkSeconds sums their work and OffCPUSeconds the part of it their
-	// threads waited for a CPU (wall time minus the thread's CPU time):
-	// other threads, of this process or others, had the cores.
-	// MostlyOffCPU counts the timed queries that waited for a CPU for
-	// more than half of their work. A share of OffCPUSeconds that grows
-	// with load says the daemon needs more cores, not faster code.
+	// threads did not run (wall time minus the thread's CPU time): they
+	// waited for a core that other threads, of this process or others,
+	// had, or slept while the worker waited for a lock. Time the thread
+	// spent on other goroutines, or on the collector's assists, counts
+	// as run. MostlyOffCPU counts the timed queries whose thread did not
+	// run for more than half of their work. A share of OffCPUSeconds
+	// that grows with load says the daemon needs more cores, not faster
+	// code.
 	Timed         int64   `json:"timed"`
 	WorkSeconds   float64 `json:"work_seconds"`
 	OffCPUSeconds float64 `json:"off_cpu_seconds"`
