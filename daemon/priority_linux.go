@@ -22,11 +22,14 @@ func lowerLearnerPriority(nice int) error {
 }
 
 // threadCPU returns the calling thread's id and the CPU time it has run
-// (CLOCK_THREAD_CPUTIME_ID); ok is false if the clock cannot be read.
+// (CLOCK_THREAD_CPUTIME_ID); ok is false if the clock cannot be read, or
+// if the goroutine moved to another thread while it was read (it may at
+// the return of any system call).
 func threadCPU() (tid int, cpu time.Duration, ok bool) {
 	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts); err != nil {
+	tid = unix.Gettid()
+	if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts); err != nil || unix.Gettid() != tid {
 		return 0, 0, false
 	}
-	return unix.Gettid(), time.Duration(ts.Nano()), true
+	return tid, time.Duration(ts.Nano()), true
 }

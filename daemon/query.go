@@ -189,9 +189,12 @@ type work struct {
 	ok    bool
 }
 
+// startWork reads the wall clock before the thread's clock, and worked
+// after it, so that the wall time spans the CPU time measured.
 func startWork() work {
+	start := time.Now()
 	tid, cpu, ok := threadCPU()
-	return work{time.Now(), tid, cpu, ok}
+	return work{start, tid, cpu, ok}
 }
 
 // answer computes the reply to q. A panic while encoding (a bug: inputs
@@ -300,14 +303,21 @@ func (s *queryStats) observe(d time.Duration) {
 }
 
 // worked adds the time a worker spent on a query it started at w, if its
-// goroutine stayed on one thread and that thread's CPU time is known.
+// goroutine was on the same thread at both ends and that thread's CPU
+// time is known. A goroutine that left its thread and came back to it
+// between the two can show its thread running longer than the wall
+// clock (the thread ran other goroutines), or the clock reads can
+// straddle a move; such a query is not timed.
 func (s *queryStats) worked(w work) {
 	tid, cpu, ok := threadCPU()
 	if !ok || !w.ok || tid != w.tid {
 		return
 	}
-	wall := time.Since(w.start)
-	off := max(wall-(cpu-w.cpu), 0)
+	wall, ran := time.Since(w.start), cpu-w.cpu
+	if ran < 0 || ran > wall {
+		return
+	}
+	off := wall - ran
 	s.timed.Add(1)
 	s.workNs.Add(int64(wall))
 	s.offCPUNs.Add(int64(off))
