@@ -108,6 +108,15 @@ func dimLoop(a *asm, name string, wide bool) {
 			a.Op("VPXOR Y%d, Y%d, Y%d", i, i, i)
 		}
 	}
+	fmaSteps(a, name, rows, regs, wide)
+	a.Op("MOVQ AX, R12")
+}
+
+// fmaSteps emits the loop over the dimensions of one panel: the block's
+// rows × regs accumulators += each row's value (broadcast) × the panel's
+// values of that dimension. R13 walks the rows (SI at the start), AX the
+// panel (R12), BX counts down the dimensions (DX).
+func fmaSteps(a *asm, name string, rows, regs int, wide bool) {
 	a.Op("MOVQ SI, R13")
 	a.Op("MOVQ R12, AX")
 	a.Op("MOVQ DX, BX")
@@ -135,7 +144,6 @@ func dimLoop(a *asm, name string, wide bool) {
 	a.Op("ADDQ $%d, AX", panelBytes)
 	a.Op("DECQ BX")
 	a.Op("JNZ %s_dim", name)
-	a.Op("MOVQ AX, R12")
 }
 
 // epilogue closes the panel and block loops; step is the bytes the
@@ -405,33 +413,7 @@ func knnScores(a *asm, wide bool) {
 		}
 	}
 	a.Label(name + "_start")
-	a.Op("MOVQ SI, R13")
-	a.Op("MOVQ R12, AX")
-	a.Op("MOVQ DX, BX")
-	a.Label(name + "_dim")
-	if wide {
-		a.Op("VMOVUPS (AX), Z16")
-		a.Op("VMOVUPS 64(AX), Z17")
-		for r := 0; r < rows; r++ {
-			a.Op("VBROADCASTSS %d(R13), Z%d", 4*r, 18+r)
-		}
-		for r := 0; r < rows; r++ {
-			for q := 0; q < regs; q++ {
-				a.Op("VFMADD231PS Z%d, Z%d, Z%d", 16+q, 18+r, r*regs+q)
-			}
-		}
-	} else {
-		for r := 0; r < rows; r++ {
-			a.Op("VBROADCASTSS %d(R13), Y%d", 4*r, 12+r)
-			for q := 0; q < regs; q++ {
-				a.Op("VFMADD231PS %d(AX), Y%d, Y%d", 32*q, 12+r, r*regs+q)
-			}
-		}
-	}
-	a.Op("ADDQ $%d, R13", 4*rows)
-	a.Op("ADDQ $%d, AX", panelBytes)
-	a.Op("DECQ BX")
-	a.Op("JNZ %s_dim", name)
+	fmaSteps(a, name, rows, regs, wide)
 	a.Op("ADDQ DI, R12")
 	a.Comment("store the block's scores with this panel")
 	for r := 0; r < rows; r++ {
