@@ -94,6 +94,16 @@ func prologue(a *asm, name, args string, frame int) {
 	a.Op("MOVQ dim+16(FP), DX")
 }
 
+// panelStart opens the loops over blocks of rows and over the panels of
+// the atoms, and emits a panel's dimension loop (dimLoop).
+func panelStart(a *asm, name string, wide bool) {
+	a.Label(name + "_block")
+	a.Op("MOVQ pack+24(FP), R12")
+	a.Op("XORQ R11, R11")
+	a.Label(name + "_panel")
+	dimLoop(a, name, wide)
+}
+
 // dimLoop emits the loop over dimensions of one panel for one block.
 func dimLoop(a *asm, name string, wide bool) {
 	rows, regs := 3, 4
@@ -172,11 +182,7 @@ func avx512(a *asm, above bool) {
 		prologue(a, name, "(x *float32, blocks, dim int, pack *float32, panels int, max *float32, idx *int32)", 56)
 		a.Op("MOVQ max+40(FP), R9")
 		a.Op("MOVQ idx+48(FP), R10")
-		a.Label(name + "_block")
-		a.Op("MOVQ pack+24(FP), R12")
-		a.Op("XORQ R11, R11")
-		a.Label(name + "_panel")
-		dimLoop(a, name, true)
+		panelStart(a, name, true)
 		a.Comment("keep the lanes whose score beats the running maximum, and their panel")
 		a.Op("VPBROADCASTD R11, Z16")
 		for r := 0; r < rows; r++ {
@@ -199,11 +205,7 @@ func avx512(a *asm, above bool) {
 	a.Op("VBROADCASTSS t+40(FP), Z27")
 	a.Op("VMOVDQU32 lanes<>+0(SB), Z28")
 	a.Op("VMOVDQU32 lanes<>+64(SB), Z29")
-	a.Label(name + "_block")
-	a.Op("MOVQ pack+24(FP), R12")
-	a.Op("XORQ R11, R11")
-	a.Label(name + "_panel")
-	dimLoop(a, name, true)
+	panelStart(a, name, true)
 	a.Comment("compress the lanes with score ≥ t and their atoms to the row's output")
 	a.Op("MOVQ R11, AX")
 	a.Op("SHLQ $5, AX")
@@ -234,11 +236,7 @@ func avx2(a *asm, above bool) {
 		prologue(a, name, "(x *float32, blocks, dim int, pack *float32, panels int, max *float32, idx *int32)", 56)
 		a.Op("MOVQ max+40(FP), R9")
 		a.Op("MOVQ idx+48(FP), R10")
-		a.Label(name + "_block")
-		a.Op("MOVQ pack+24(FP), R12")
-		a.Op("XORQ R11, R11")
-		a.Label(name + "_panel")
-		dimLoop(a, name, false)
+		panelStart(a, name, false)
 		a.Comment("keep the lanes whose score beats the running maximum, and their panel")
 		a.Op("VMOVD R11, X12")
 		a.Op("VPBROADCASTD X12, Y12")
@@ -264,11 +262,7 @@ func avx2(a *asm, above bool) {
 	a.Op("MOVQ cos+56(FP), R10")
 	a.Op("MOVQ idx+64(FP), DI")
 	a.Op("MOVQ lut+72(FP), R8")
-	a.Label(name + "_block")
-	a.Op("MOVQ pack+24(FP), R12")
-	a.Op("XORQ R11, R11")
-	a.Label(name + "_panel")
-	dimLoop(a, name, false)
+	panelStart(a, name, false)
 	a.Comment("gather the lanes with score ≥ t (a permutation from the table, by mask) into the row's output")
 	a.Op("VBROADCASTSS t+40(FP), Y12")
 	for r := 0; r < rows; r++ {
