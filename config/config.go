@@ -211,8 +211,10 @@ type Service struct {
 	Prefix string `yaml:"prefix"`
 	// QueryWorkers is how many goroutines encode embed and neighbours
 	// queries at once, all from the pipeline's published snapshot, each
-	// in workspaces of its own; 0 means GOMAXPROCS. Fewer workers leave more of the cores to
-	// learning; more answer more queries per second. Default 0.
+	// in workspaces of its own; 0 means GOMAXPROCS, which counts the P
+	// the daemon adds for each learner (service.learn_nice): 3 workers
+	// on 2 cores with one pipeline. Fewer workers leave more of the
+	// cores to learning; more answer more queries per second. Default 0.
 	QueryWorkers int `yaml:"query_workers"`
 	// QueryQueue is how many queries may wait for a worker. A query that
 	// finds the queue full is answered at once with error code 503 and a
