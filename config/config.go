@@ -70,11 +70,34 @@ type Cluster struct {
 // learning (README "Monitoring").
 type Observe struct {
 	// HTTP is the server's host:port, e.g. "127.0.0.1:9090" (port 0
-	// picks a free port). Empty, the default, serves nothing. The page
-	// and endpoints have no authentication: anyone who reaches the
-	// address sees the metrics and the models and may embed images, so
-	// keep it on loopback or behind a proxy that authenticates.
+	// picks a free port). Empty, the default, serves nothing. Without
+	// password users in nats.users the page and endpoints have no
+	// authentication, so an address beyond the loopback interface is
+	// refused unless AllowUnauthenticated. With them, every path but
+	// /healthz and /readyz asks for one of those users (HTTP basic
+	// authentication): operators may use all of it, consumers the embed
+	// and neighbours endpoints, producers nothing.
 	HTTP string `yaml:"http"`
+	// AllowUnauthenticated lets HTTP listen beyond the loopback
+	// interface without users: anyone who reaches it then sees the
+	// metrics and the models and may embed. Default false.
+	AllowUnauthenticated bool `yaml:"allow_unauthenticated"`
+	// TLS makes the server serve HTTPS with CertFile and KeyFile; with
+	// CAFile, every client must present a certificate signed by it.
+	// Without TLS, basic authentication sends passwords in the clear.
+	TLS TLS `yaml:"tls"`
+}
+
+// PasswordUsers reports whether any user of the embedded server has a
+// password (rather than an nkey): those are the users the HTTP server
+// asks for.
+func (n *NATS) PasswordUsers() bool {
+	for _, u := range n.Users {
+		if u.User != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // Log configures logging.

@@ -64,7 +64,7 @@ func (n *NATS) validateSecurity(v *validator) {
 		v.check(!n.AllowUnauthenticated, "nats.allow_unauthenticated", "applies to the embedded server only (nats.url is set)")
 		n.Auth.validate(v, "nats.auth")
 		v.check((n.TLS.CertFile == "") == (n.TLS.KeyFile == ""), "nats.tls", "a client certificate needs both cert_file and key_file")
-		n.TLS.checkFiles(v)
+		n.TLS.checkFiles(v, "nats.tls")
 		return
 	}
 	v.check(!n.Auth.Enabled(), "nats.auth", "is for an external server (nats.url); for the embedded server the daemon makes its own identity at every start")
@@ -76,7 +76,7 @@ func (n *NATS) validateSecurity(v *validator) {
 	}
 	if n.TLS.Enabled() {
 		v.check(n.TLS.CertFile != "" && n.TLS.KeyFile != "", "nats.tls", "the embedded server needs both cert_file and key_file")
-		n.TLS.checkFiles(v)
+		n.TLS.checkFiles(v, "nats.tls")
 	}
 	names := map[string]string{}
 	for i, u := range n.Users {
@@ -145,10 +145,26 @@ func checkSecret(v *validator, path, what, file, env string) {
 	}
 }
 
-func (t *TLS) checkFiles(v *validator) {
-	checkFile(v, "nats.tls.cert_file", t.CertFile)
-	checkFile(v, "nats.tls.key_file", t.KeyFile)
-	checkFile(v, "nats.tls.ca_file", t.CAFile)
+func (t *TLS) checkFiles(v *validator, path string) {
+	checkFile(v, path+".cert_file", t.CertFile)
+	checkFile(v, path+".key_file", t.KeyFile)
+	checkFile(v, path+".ca_file", t.CAFile)
+}
+
+// validateSecurity checks who may reach the HTTP server: an address
+// beyond the loopback interface needs the embedded server's password
+// users, whom it then asks for, or AllowUnauthenticated.
+func (o *Observe) validateSecurity(v *validator, n *NATS) {
+	users := n.URL == "" && n.PasswordUsers()
+	if o.HTTP != "" && !users && validHTTPAddr(o.HTTP) {
+		v.check(o.AllowUnauthenticated || IsLoopback(o.HTTP), "observe.http",
+			"%q is beyond the loopback interface and nats.users has no password user: anyone who reaches it could see the metrics and the models and embed; add nats.users with passwords (the server then asks for them), or set observe.allow_unauthenticated: true to accept that", o.HTTP)
+	}
+	v.check(!o.AllowUnauthenticated || !users, "observe.allow_unauthenticated", "must be false with password users in nats.users: the HTTP server asks for them")
+	if o.TLS.Enabled() {
+		v.check(o.TLS.CertFile != "" && o.TLS.KeyFile != "", "observe.tls", "HTTPS needs both cert_file and key_file")
+		o.TLS.checkFiles(v, "observe.tls")
+	}
 }
 
 // checkFile checks that file, if named, can be read.

@@ -58,6 +58,15 @@ nats:
 		{name: "external with two ways", yaml: fmt.Sprintf("nats:\n  url: nats://h:4222\n  auth: {nkey_file: %s, token_env: SMTD_TEST_PW}", pw), wantErr: []string{"nats.auth: give one way to authenticate, got nkey_file and token"}},
 		{name: "external password without user", yaml: "nats:\n  url: nats://h:4222\n  auth: {password_env: SMTD_TEST_PW}", wantErr: []string{"nats.auth: a password needs a user"}},
 		{name: "external inline token", yaml: "nats:\n  url: nats://h:4222\n  auth: {token: abc}", wantErr: []string{"nats.auth.token: unknown field"}},
+		{name: "page on loopback without users", yaml: "observe: {http: '127.0.0.1:9090'}"},
+		{name: "page on every interface without users", yaml: "observe: {http: ':9090'}", wantErr: []string{`x.yaml:1: observe.http: ":9090" is beyond the loopback interface and nats.users has no password user`}},
+		{name: "page with only nkey users", yaml: fmt.Sprintf("nats:\n  users: [{nkey: %s, role: operator}]\nobserve: {http: '0.0.0.0:9090'}", nkey), wantErr: []string{"observe.allow_unauthenticated: true"}},
+		{name: "page opt-in without users", yaml: "observe: {http: '0.0.0.0:9090', allow_unauthenticated: true}"},
+		{name: "page with password users", yaml: "nats:\n  users: [{user: ops, password_env: SMTD_TEST_PW, role: operator}]\nobserve: {http: '0.0.0.0:9090'}"},
+		{name: "page opt-in with password users", yaml: "nats:\n  users: [{user: ops, password_env: SMTD_TEST_PW, role: operator}]\nobserve: {http: '0.0.0.0:9090', allow_unauthenticated: true}",
+			wantErr: []string{"x.yaml:3: observe.allow_unauthenticated: must be false with password users in nats.users"}},
+		{name: "page with half a certificate", yaml: fmt.Sprintf("observe: {http: '127.0.0.1:0', tls: {key_file: %s}}", pw), wantErr: []string{"observe.tls: HTTPS needs both cert_file and key_file"}},
+		{name: "page with a missing certificate", yaml: fmt.Sprintf("observe: {http: '127.0.0.1:0', tls: {cert_file: %s, key_file: %s}}", missing, pw), wantErr: []string{"observe.tls.cert_file: open " + missing}},
 		{name: "external users", yaml: fmt.Sprintf("nats:\n  url: nats://h:4222\n  users: [{nkey: %s, role: consumer}]", nkey), wantErr: []string{"nats.users: apply to the embedded server only"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -75,6 +75,7 @@ func (c *Config) validate(file string, present map[string]int) Errors {
 	}
 	c.NATS.validateSecurity(v)
 	v.check(c.Observe.HTTP == "" || validHTTPAddr(c.Observe.HTTP), "observe.http", "must be empty or host:port with port 0..65535, got %q", c.Observe.HTTP)
+	c.Observe.validateSecurity(v, &c.NATS)
 	v.check(c.NATS.MaxPayload > 0 && c.NATS.MaxPayload <= 64<<20, "nats.max_payload", "must be in 1..67108864 bytes, got %d", c.NATS.MaxPayload)
 	v.check(c.NATS.StreamMaxBytes > 0, "nats.stream_max_bytes", "must be > 0, got %d", c.NATS.StreamMaxBytes)
 	v.check(c.NATS.StreamMaxAge > 0, "nats.stream_max_age", "must be > 0, got %s", c.NATS.StreamMaxAge)

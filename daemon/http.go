@@ -64,12 +64,19 @@ func (d *Daemon) startHTTP() error {
 	if addr == "" {
 		return nil
 	}
+	auth, err := newHTTPAuth(d.fixed)
+	if err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("smtd: observe.http: %w", err)
 	}
 	h := &httpServer{addr: ln.Addr().String(), done: make(chan struct{}), pictures: map[*pipeline]renderedAtoms{}}
-	h.srv = &http.Server{Handler: d.httpHandler(h), ReadHeaderTimeout: 10 * time.Second}
+	if ln, err = observeTLS(ln, d.fixed.Observe.TLS); err != nil {
+		return err
+	}
+	h.srv = &http.Server{Handler: d.httpHandler(h, auth), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		defer close(h.done)
 		if err := h.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -77,7 +84,19 @@ func (d *Daemon) startHTTP() error {
 		}
 	}()
 	d.http = h
-	d.log.Info().Str("addr", h.addr).Msg("monitoring HTTP server: /metrics, /healthz, /readyz, live page on /")
+	scheme := "http"
+	if d.fixed.Observe.TLS.Enabled() {
+		scheme = "https"
+	}
+	d.log.Info().Str("addr", h.addr).Str("scheme", scheme).Bool("authentication", auth != nil).
+		Msg("monitoring HTTP server: /metrics, /healthz, /readyz, live page on /")
+	switch {
+	case config.IsLoopback(addr):
+	case auth == nil:
+		d.log.Warn().Str("addr", h.addr).Msg("observe.allow_unauthenticated: anyone who reaches the monitoring server sees the metrics and the models and may embed")
+	case scheme == "http":
+		d.log.Warn().Str("addr", h.addr).Msg("the monitoring server asks for passwords without TLS (observe.tls): they cross the network in the clear")
+	}
 	return nil
 }
 
@@ -103,10 +122,20 @@ func (d *Daemon) HTTPAddr() string {
 	return d.http.addr
 }
 
-func (d *Daemon) httpHandler(h *httpServer) http.Handler {
+// httpHandler routes the server's paths. With auth, /healthz and /readyz
+// stay open (for probes), the embed and neighbours endpoints serve
+// consumers and operators, and everything else operators, as the same
+// users may use the daemon's NATS subjects.
+func (d *Daemon) httpHandler(h *httpServer, auth *httpAuth) http.Handler {
 	mux := http.NewServeMux()
+	operator := func(pattern string, h http.Handler) {
+		mux.Handle(pattern, auth.require(h, config.RoleOperator))
+	}
+	query := func(pattern string, h http.HandlerFunc) {
+		mux.Handle(pattern, auth.require(h, config.RoleConsumer, config.RoleOperator))
+	}
 	reg := newRegistry(d)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	operator("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		io.WriteString(w, "ok\n")
@@ -120,12 +149,12 @@ func (d *Daemon) httpHandler(h *httpServer) http.Handler {
 		writeJSON(w, code, r)
 	})
 	static, _ := fs.Sub(webFiles, "web")
-	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
-	mux.HandleFunc("GET /{$}", d.servePage)
-	mux.HandleFunc("GET /api/status", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, d.Status()) })
-	mux.HandleFunc("GET /api/pipelines/{name}/atoms.png", d.withPipeline(h.serveAtoms))
-	mux.HandleFunc("POST /api/pipelines/{name}/embed", d.withPipeline(serveEmbed))
-	mux.HandleFunc("GET /api/pipelines/{name}/neighbours", d.withPipeline(serveNeighbours))
+	operator("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	operator("GET /{$}", http.HandlerFunc(d.servePage))
+	operator("GET /api/status", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, d.Status()) }))
+	operator("GET /api/pipelines/{name}/atoms.png", d.withPipeline(h.serveAtoms))
+	query("POST /api/pipelines/{name}/embed", d.withPipeline(serveEmbed))
+	query("GET /api/pipelines/{name}/neighbours", d.withPipeline(serveNeighbours))
 	return mux
 }
 

@@ -1,16 +1,20 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
+	"io"
 	"math/big"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -42,7 +46,7 @@ const (
 	operatorPassword = "ops-secret"
 )
 
-func startSecured(t *testing.T) *secured {
+func startSecured(t *testing.T, more ...config.User) *secured {
 	t.Helper()
 	dir := t.TempDir()
 	hash, err := bcrypt.GenerateFromPassword([]byte(producerPassword), bcrypt.MinCost)
@@ -65,6 +69,8 @@ func startSecured(t *testing.T) *secured {
 		{NKey: pub, Role: config.RoleConsumer},
 		{User: "ops", PasswordEnv: "SMTD_TEST_OPS_PASSWORD", Role: config.RoleOperator},
 	}
+	cfg.NATS.Users = append(cfg.NATS.Users, more...)
+	cfg.Observe.HTTP = "127.0.0.1:0"
 	return &secured{d: startDaemon(t, cfg), cfg: cfg, consumer: kp}
 }
 
@@ -401,6 +407,96 @@ func TestSecurityTLS(t *testing.T) {
 		var st Status
 		request(t, nc.Conn, "smtd.status", nil, &st)
 	})
+	t.Run("monitoring server", func(t *testing.T) {
+		cfg := observedConfig(t, digitsPipeline("digits", "mnist.images", 16))
+		cfg.Observe.TLS = config.TLS{CertFile: cert, KeyFile: key}
+		d := startDaemon(t, cfg)
+		if resp, err := http.Get("http://" + d.HTTPAddr() + "/healthz"); err == nil {
+			if resp.StatusCode == http.StatusOK {
+				t.Error("plain HTTP answered on the TLS port")
+			}
+			resp.Body.Close()
+		}
+		caPEM, err := os.ReadFile(cert)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(caPEM)
+		c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+		resp, err := c.Get("https://" + d.HTTPAddr() + "/api/status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("https /api/status: %d", resp.StatusCode)
+		}
+	})
+}
+
+// With password users, the monitoring server asks for one of them, as
+// the NATS server does: operators may use all of it, consumers the embed
+// and neighbours endpoints, producers nothing; the probes stay open.
+func TestSecurityHTTP(t *testing.T) {
+	t.Setenv("SMTD_TEST_VIEWER_PASSWORD", "viewer-secret")
+	s := startSecured(t, config.User{User: "viewer", PasswordEnv: "SMTD_TEST_VIEWER_PASSWORD", Role: config.RoleConsumer})
+	do := func(method, path, user, password string) *http.Response {
+		t.Helper()
+		var body io.Reader
+		if method == http.MethodPost {
+			body = bytes.NewReader(mustRead(t, "digit-7.png"))
+		}
+		req, err := http.NewRequest(method, "http://"+s.d.HTTPAddr()+path, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if user != "" {
+			req.SetBasicAuth(user, password)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	const embed = "/api/pipelines/digits/embed"
+	for _, tc := range []struct {
+		method, path, user, password string
+		want                         int
+	}{
+		{"GET", "/healthz", "", "", http.StatusOK},
+		{"GET", "/", "", "", http.StatusUnauthorized},
+		{"GET", "/metrics", "", "", http.StatusUnauthorized},
+		{"POST", embed, "", "", http.StatusUnauthorized},
+		{"GET", "/", "ops", "wrong", http.StatusUnauthorized},
+		{"GET", "/", "nobody", operatorPassword, http.StatusUnauthorized},
+		{"GET", "/", "cam1", "wrong", http.StatusUnauthorized}, // a bcrypt hash
+		{"GET", "/", "cam1", producerPassword, http.StatusForbidden},
+		{"GET", "/", "cam1", producerPassword, http.StatusForbidden}, // the hash's answer, kept
+		{"POST", embed, "cam1", producerPassword, http.StatusForbidden},
+		{"GET", "/", "viewer", "viewer-secret", http.StatusForbidden},
+		{"GET", "/api/status", "viewer", "viewer-secret", http.StatusForbidden},
+		{"POST", embed, "viewer", "viewer-secret", http.StatusOK},
+		{"GET", "/", "ops", operatorPassword, http.StatusOK},
+		{"GET", "/metrics", "ops", operatorPassword, http.StatusOK},
+		{"GET", "/api/status", "ops", operatorPassword, http.StatusOK},
+		{"GET", "/static/app.js", "ops", operatorPassword, http.StatusOK},
+		{"POST", embed, "ops", operatorPassword, http.StatusOK},
+	} {
+		resp := do(tc.method, tc.path, tc.user, tc.password)
+		if resp.StatusCode != tc.want {
+			t.Errorf("%s %s as %q: %d, want %d", tc.method, tc.path, tc.user, resp.StatusCode, tc.want)
+		}
+		if resp.StatusCode == http.StatusUnauthorized && !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Basic ") {
+			t.Errorf("%s %s as %q: 401 without a basic challenge", tc.method, tc.path, tc.user)
+		}
+	}
+	if resp := do("GET", "/readyz", "", ""); resp.StatusCode == http.StatusUnauthorized {
+		t.Error("/readyz asks for a password")
+	}
 }
 
 // The daemon authenticates to an external server with a password from a
