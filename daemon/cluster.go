@@ -560,6 +560,15 @@ func (c *cluster) refreshStandby(ctx context.Context, pl *pipeline) {
 		}
 	}
 	if err != nil {
+		if errors.Is(err, jetstream.ErrObjectNotFound) {
+			if now, gerr := store.latest.Get(ctx, pl.name); gerr == nil && now.Revision() != e.Revision() {
+				// The owner stored a newer checkpoint and removed this
+				// one (checkpoint.keep) between the two reads; the next
+				// refresh loads the newer one.
+				pl.log.Debug().Str("checkpoint", p.Object).Msg("the newest checkpoint was replaced while being loaded")
+				return
+			}
+		}
 		pl.log.Warn().Err(err).Str("checkpoint", p.Object).Msg("loading the newest checkpoint to serve queries")
 		return
 	}
