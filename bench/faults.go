@@ -29,6 +29,7 @@ import (
 
 	"github.com/smtd/smtd/config"
 	"github.com/smtd/smtd/daemon"
+	"github.com/smtd/smtd/internal/disk"
 	"github.com/smtd/smtd/internal/progress"
 	"github.com/smtd/smtd/record"
 )
@@ -913,7 +914,7 @@ func (r *faultRun) fullDisk(ctx context.Context) error {
 		return err
 	}
 	block := make([]byte, 64<<10)
-	for freeBytes(mnt) > 512<<10 {
+	for disk.Free(mnt) > 512<<10 {
 		if _, err := f.Write(block); err != nil {
 			break
 		}
@@ -950,15 +951,6 @@ func b2i(b bool) int {
 		return 1
 	}
 	return 0
-}
-
-// freeBytes returns the bytes available on the file system of dir.
-func freeBytes(dir string) int64 {
-	var s syscall.Statfs_t
-	if syscall.Statfs(dir, &s) != nil {
-		return 0
-	}
-	return int64(s.Bavail) * int64(s.Bsize)
 }
 
 // corruptCheckpoint stops the daemon once half the stream is learned,

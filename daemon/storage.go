@@ -4,10 +4,11 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/smtd/smtd/internal/disk"
 )
 
 // When the embedded server's disk fills up, a stream whose write fails
@@ -46,7 +47,7 @@ func (d *Daemon) watchStorage(ctx context.Context) {
 		if d.server.JetStreamEnabled() && werr == nil {
 			continue
 		}
-		free := freeBytes(dir)
+		free := disk.Free(dir)
 		if d.storage.Load() == nil {
 			msg := "JetStream is disabled"
 			if werr != nil {
@@ -79,13 +80,3 @@ func (d *Daemon) watchStorage(ctx context.Context) {
 // ReasonStorage: the embedded server's JetStream could not write (its disk
 // was full) or was disabled.
 const ReasonStorage = "storage_full"
-
-// freeBytes is the space available to unprivileged writers in dir's file
-// system; 0 if it cannot be told.
-func freeBytes(dir string) uint64 {
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(dir, &st); err != nil {
-		return 0
-	}
-	return st.Bavail * uint64(st.Bsize)
-}

@@ -10,6 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/smtd/smtd/internal/disk"
 )
 
 // After the store's disk fills up, the embedded server disables JetStream;
@@ -37,7 +39,7 @@ func TestRecoversFromFullDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 	block := make([]byte, 64<<10)
-	for freeBytes(dir) > 512<<10 {
+	for disk.Free(dir) > 512<<10 {
 		if _, err := f.Write(block); err != nil {
 			break
 		}
