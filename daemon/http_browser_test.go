@@ -5,9 +5,11 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/chromedp"
 )
 
@@ -27,6 +29,24 @@ func browser(t *testing.T) string {
 	return ""
 }
 
+// headless starts the browser at path, headless, for at most 3 minutes
+// of the test.
+func headless(t *testing.T, path string) context.Context {
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(path),
+		chromedp.NoSandbox, // CI runs as root
+		chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+	)
+	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancel)
+	ctx, cancel := chromedp.NewContext(actx, chromedp.WithErrorf(t.Logf))
+	t.Cleanup(cancel)
+	ctx, cancel = context.WithTimeout(ctx, 3*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
 // The live page in a real headless browser: after its script ran, the
 // rendered DOM shows the pipeline's counters advancing while it learns,
 // and the atom sheet is an <img> whose source follows the model version
@@ -37,18 +57,7 @@ func TestLivePageInBrowser(t *testing.T) {
 	d := startDaemon(t, observedConfig(t, p))
 	nc := connect(t, d.ClientURL())
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(path),
-		chromedp.NoSandbox, // CI runs as root
-		chromedp.Flag("disable-gpu", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-	)
-	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancel()
-	ctx, cancel := chromedp.NewContext(actx, chromedp.WithErrorf(t.Logf))
-	defer cancel()
-	ctx, cancel = context.WithTimeout(ctx, 3*time.Minute)
-	defer cancel()
+	ctx := headless(t, path)
 	if err := chromedp.Do(ctx, chromedp.Navigate("http://"+d.HTTPAddr()+"/")); err != nil {
 		t.Fatalf("loading the page: %v", err)
 	}
@@ -107,4 +116,70 @@ func TestLivePageInBrowser(t *testing.T) {
 		return number(s.Learned) == 600 && number(s.Version) > number(first.Version) && s.Src != first.Src && s.Loaded
 	})
 	t.Logf("page showed %+v, then %+v", first, second)
+}
+
+// With password users, the browser asks for one when the page loads (here
+// answered by the test, as a person would answer the prompt), and the
+// page's own requests then carry it: an operator sees the counters move.
+func TestLivePageInBrowserAsksForAUser(t *testing.T) {
+	path := browser(t)
+	s := startSecured(t)
+	ctx := headless(t, path)
+	// Listen's callback may not send commands: the requests the browser
+	// pauses are answered from here.
+	paused := make(chan any, 1024)
+	if err := chromedp.Listen(ctx, func(ev any) {
+		switch ev.(type) {
+		case *fetch.EventAuthRequired, *fetch.EventRequestPaused:
+			paused <- ev
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var prompts atomic.Int32
+	go func() {
+		// A failed answer leaves its request paused, and the page
+		// short of the count below.
+		for ev := range paused {
+			switch ev := ev.(type) {
+			case *fetch.EventAuthRequired:
+				prompts.Add(1)
+				chromedp.Call(ctx, fetch.ContinueWithAuth, fetch.ContinueWithAuthParams{
+					RequestID: ev.RequestID,
+					AuthChallengeResponse: &fetch.AuthChallengeResponse{
+						Response: fetch.AuthChallengeResponseResponseProvideCredentials,
+						Username: "ops", Password: operatorPassword,
+					},
+				})
+			case *fetch.EventRequestPaused:
+				chromedp.Call(ctx, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: ev.RequestID})
+			}
+		}
+	}()
+	handleAuth := true
+	if _, err := chromedp.Call(ctx, fetch.Enable, fetch.EnableParams{HandleAuthRequests: &handleAuth}); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(ctx, chromedp.Navigate("http://"+s.d.HTTPAddr()+"/")); err != nil {
+		t.Fatalf("loading the page: %v", err)
+	}
+	n := replayFile(t, s.producer(t).Conn, "mnist-raw-100.smtdrec", "mnist.images")
+	want := strconv.Itoa(n)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		learned, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('#p-digits [data-field="learned"]').textContent`))
+		if err == nil && learned == want {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the page never showed %s learned (it shows %q, err %v)", want, learned, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// Once answered, the browser sends the user with the page's own
+	// requests (the script's, the stylesheet's, the atom pictures')
+	// without being asked again.
+	if n := prompts.Load(); n != 1 {
+		t.Errorf("the browser was asked for a user %d times, want once", n)
+	}
 }
