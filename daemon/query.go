@@ -221,7 +221,9 @@ func (p *queryPool) answer(q *query, encoders map[*pipeline]*encoder) (r queryRe
 	return errorReply("500", "unknown query")
 }
 
-// respond publishes r on the query's reply subject and counts it.
+// respond publishes r on the query's reply subject and counts it. It
+// counts first, so that a client that has its reply finds it counted in
+// the status.
 func (p *queryPool) respond(q *query, r *queryReply) {
 	m := &nats.Msg{Subject: q.reply, Data: r.data, Header: r.header}
 	if r.code != "" {
@@ -232,11 +234,17 @@ func (p *queryPool) respond(q *query, r *queryReply) {
 		st.failed.Add(1) // a publish, not a request: nobody to answer
 		return
 	}
-	if err := p.nc.PublishMsg(m); err != nil || r.code != "" {
+	if r.code != "" {
 		st.failed.Add(1)
+		p.nc.PublishMsg(m) // a lost error reply times out at the client
 		return
 	}
 	st.answered.Add(1)
+	if err := p.nc.PublishMsg(m); err != nil {
+		st.answered.Add(-1)
+		st.failed.Add(1)
+		return
+	}
 	took := time.Since(q.start)
 	st.observe(took)
 	q.pl.obs.query[q.kind].Observe(took.Seconds())
@@ -427,6 +435,13 @@ func (g *queryGate) leave() {
 		g.clear = nil
 	}
 	g.mu.Unlock()
+}
+
+// busy reports whether a query waits.
+func (g *queryGate) busy() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.waiting > 0
 }
 
 // wait blocks until no query waits, or for at most max, and returns how
