@@ -437,13 +437,6 @@ func (g *queryGate) leave() {
 	g.mu.Unlock()
 }
 
-// busy reports whether a query waits.
-func (g *queryGate) busy() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.waiting > 0
-}
-
 // wait blocks until no query waits, or for at most max, and returns how
 // long it blocked: 0 when no query waits or max ≤ 0.
 func (g *queryGate) wait(max time.Duration) time.Duration {
