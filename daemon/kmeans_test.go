@@ -16,6 +16,7 @@ import (
 // its mean patch-to-atom cosine distortion is within 2% of Lloyd's with the
 // same K, on the patches as the final model preprocesses them.
 func TestStreamedKMeansMatchesLloyd(t *testing.T) {
+	t.Parallel() // mostly Lloyd's iterations, many times slower under -race
 	const k = 64
 	p := digitsPipeline("digits", "mnist.images", k)
 	d := startDaemon(t, testConfig(t, p))

@@ -24,6 +24,7 @@ func TestImageEmbeddingsClassifyDigits(t *testing.T) {
 	if testing.Short() {
 		t.Skip("streams 1000 digits")
 	}
+	t.Parallel() // mostly soft-KNN and learning, many times slower under -race
 	train := readStream(t, "mnist-train-1000.smtdrec")
 	test := readStream(t, "mnist-test-200.smtdrec")
 	rawAcc := softKNN(t, pixels(t, train), labels(t, train), pixels(t, test), labels(t, test))
