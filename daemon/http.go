@@ -73,9 +73,12 @@ func (d *Daemon) startHTTP() error {
 		return fmt.Errorf("smtd: observe.http: %w", err)
 	}
 	h := &httpServer{addr: ln.Addr().String(), done: make(chan struct{}), pictures: map[*pipeline]renderedAtoms{}}
-	if ln, err = observeTLS(ln, d.fixed.Observe.TLS); err != nil {
+	tl, err := observeTLS(ln, d.fixed.Observe.TLS)
+	if err != nil {
+		ln.Close()
 		return err
 	}
+	ln = tl
 	h.srv = &http.Server{Handler: d.httpHandler(h, auth), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		defer close(h.done)

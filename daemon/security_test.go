@@ -433,6 +433,17 @@ func TestSecurityTLS(t *testing.T) {
 			t.Errorf("https /api/status: %d", resp.StatusCode)
 		}
 	})
+	t.Run("monitoring server with a bad key", func(t *testing.T) {
+		cfg := observedConfig(t, digitsPipeline("digits", "mnist.images", 16))
+		cfg.Observe.TLS = config.TLS{CertFile: cert, KeyFile: cert} // readable, but no key
+		d, err := New(cfg, Options{Logger: NewLogger(testWriter{t}, "console")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Start(context.Background()); err == nil || !strings.Contains(err.Error(), "observe.tls") {
+			t.Errorf("Start with a certificate for a key: %v, want an error naming observe.tls", err)
+		}
+	})
 }
 
 // With password users, the monitoring server asks for one of them, as
