@@ -71,20 +71,24 @@ type Cluster struct {
 type Observe struct {
 	// HTTP is the server's host:port, e.g. "127.0.0.1:9090" (port 0
 	// picks a free port). Empty, the default, serves nothing. Without
-	// password users in nats.users the page and endpoints have no
-	// authentication, so an address beyond the loopback interface is
-	// refused unless AllowUnauthenticated. With them, every path but
+	// password users in nats.users or client certificates (TLS.CAFile)
+	// the page and endpoints have no authentication, so an address
+	// beyond the loopback interface is refused unless
+	// AllowUnauthenticated. With password users, every path but
 	// /healthz and /readyz asks for one of those users (HTTP basic
 	// authentication): operators may use all of it, consumers the embed
 	// and neighbours endpoints, producers nothing.
 	HTTP string `yaml:"http"`
 	// AllowUnauthenticated lets HTTP listen beyond the loopback
-	// interface without users: anyone who reaches it then sees the
-	// metrics and the models and may embed. Default false.
+	// interface without users or client certificates: anyone who
+	// reaches it then sees the metrics and the models and may embed.
+	// Default false.
 	AllowUnauthenticated bool `yaml:"allow_unauthenticated"`
 	// TLS makes the server serve HTTPS with CertFile and KeyFile; with
-	// CAFile, every client must present a certificate signed by it.
-	// Without TLS, basic authentication sends passwords in the clear.
+	// CAFile, every client must present a certificate signed by it, and
+	// may then use every path (password users are asked for as well, if
+	// any). Without TLS, basic authentication sends passwords in the
+	// clear.
 	TLS TLS `yaml:"tls"`
 }
 

@@ -153,12 +153,13 @@ func (t *TLS) checkFiles(v *validator, path string) {
 
 // validateSecurity checks who may reach the HTTP server: an address
 // beyond the loopback interface needs the embedded server's password
-// users, whom it then asks for, or AllowUnauthenticated.
+// users, whom it then asks for, or client certificates (TLS.CAFile), or
+// AllowUnauthenticated.
 func (o *Observe) validateSecurity(v *validator, n *NATS) {
 	users := n.URL == "" && n.PasswordUsers()
-	if o.HTTP != "" && !users && validHTTPAddr(o.HTTP) {
+	if o.HTTP != "" && !users && o.TLS.CAFile == "" && validHTTPAddr(o.HTTP) {
 		v.check(o.AllowUnauthenticated || IsLoopback(o.HTTP), "observe.http",
-			"%q is beyond the loopback interface and nats.users has no password user: anyone who reaches it could see the metrics and the models and embed; add nats.users with passwords (the server then asks for them), or set observe.allow_unauthenticated: true to accept that", o.HTTP)
+			"%q is beyond the loopback interface and nats.users has no password user: anyone who reaches it could see the metrics and the models and embed; add nats.users with passwords (the server then asks for them) or observe.tls with ca_file (it then asks for client certificates), or set observe.allow_unauthenticated: true to accept that", o.HTTP)
 	}
 	v.check(!o.AllowUnauthenticated || !users, "observe.allow_unauthenticated", "must be false with password users in nats.users: the HTTP server asks for them")
 	if o.TLS.Enabled() {

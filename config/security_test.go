@@ -61,6 +61,7 @@ nats:
 		{name: "page on loopback without users", yaml: "observe: {http: '127.0.0.1:9090'}"},
 		{name: "page on every interface without users", yaml: "observe: {http: ':9090'}", wantErr: []string{`x.yaml:1: observe.http: ":9090" is beyond the loopback interface and nats.users has no password user`}},
 		{name: "page with only nkey users", yaml: fmt.Sprintf("nats:\n  users: [{nkey: %s, role: operator}]\nobserve: {http: '0.0.0.0:9090'}", nkey), wantErr: []string{"observe.allow_unauthenticated: true"}},
+		{name: "page with client certificates", yaml: fmt.Sprintf("observe: {http: '0.0.0.0:9090', tls: {cert_file: %s, key_file: %s, ca_file: %s}}", pw, pw, pw)},
 		{name: "page opt-in without users", yaml: "observe: {http: '0.0.0.0:9090', allow_unauthenticated: true}"},
 		{name: "page with password users", yaml: "nats:\n  users: [{user: ops, password_env: SMTD_TEST_PW, role: operator}]\nobserve: {http: '0.0.0.0:9090'}"},
 		{name: "page opt-in with password users", yaml: "nats:\n  users: [{user: ops, password_env: SMTD_TEST_PW, role: operator}]\nobserve: {http: '0.0.0.0:9090', allow_unauthenticated: true}",

@@ -95,7 +95,7 @@ func (d *Daemon) startHTTP() error {
 		Msg("monitoring HTTP server: /metrics, /healthz, /readyz, live page on /")
 	switch {
 	case config.IsLoopback(addr):
-	case auth == nil:
+	case auth == nil && d.fixed.Observe.TLS.CAFile == "":
 		d.log.Warn().Str("addr", h.addr).Msg("observe.allow_unauthenticated: anyone who reaches the monitoring server sees the metrics and the models and may embed")
 	case scheme == "http":
 		d.log.Warn().Str("addr", h.addr).Msg("the monitoring server asks for passwords without TLS (observe.tls): they cross the network in the clear")

@@ -433,6 +433,41 @@ func TestSecurityTLS(t *testing.T) {
 			t.Errorf("https /api/status: %d", resp.StatusCode)
 		}
 	})
+	t.Run("monitoring server with client certificates", func(t *testing.T) {
+		cfg := observedConfig(t, digitsPipeline("digits", "mnist.images", 16))
+		cfg.Observe.HTTP = "0.0.0.0:0" // beyond loopback: the certificates are its authentication
+		cfg.Observe.TLS = config.TLS{CertFile: cert, KeyFile: key, CAFile: cert}
+		if err := cfg.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		d := startDaemon(t, cfg)
+		caPEM, err := os.ReadFile(cert)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(caPEM)
+		_, port, _ := net.SplitHostPort(d.HTTPAddr())
+		url := "https://127.0.0.1:" + port + "/api/status"
+		anonymous := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+		if resp, err := anonymous.Get(url); err == nil {
+			resp.Body.Close()
+			t.Errorf("a client without a certificate got %d", resp.StatusCode)
+		}
+		pair, err := tls.LoadX509KeyPair(cert, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		holder := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}}}}
+		resp, err := holder.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("a client with a certificate: %d", resp.StatusCode)
+		}
+	})
 	t.Run("monitoring server with a bad key", func(t *testing.T) {
 		cfg := observedConfig(t, digitsPipeline("digits", "mnist.images", 16))
 		cfg.Observe.TLS = config.TLS{CertFile: cert, KeyFile: cert} // readable, but no key
