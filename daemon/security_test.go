@@ -417,20 +417,8 @@ func TestSecurityTLS(t *testing.T) {
 			}
 			resp.Body.Close()
 		}
-		caPEM, err := os.ReadFile(cert)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pool := x509.NewCertPool()
-		pool.AppendCertsFromPEM(caPEM)
-		c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
-		resp, err := c.Get("https://" + d.HTTPAddr() + "/api/status")
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Errorf("https /api/status: %d", resp.StatusCode)
+		if code := getStatus(t, httpsClient(t, cert), "https://"+d.HTTPAddr()+"/api/status"); code != http.StatusOK {
+			t.Errorf("https /api/status: %d", code)
 		}
 	})
 	t.Run("monitoring server with client certificates", func(t *testing.T) {
@@ -441,16 +429,9 @@ func TestSecurityTLS(t *testing.T) {
 			t.Fatal(err)
 		}
 		d := startDaemon(t, cfg)
-		caPEM, err := os.ReadFile(cert)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pool := x509.NewCertPool()
-		pool.AppendCertsFromPEM(caPEM)
 		_, port, _ := net.SplitHostPort(d.HTTPAddr())
 		url := "https://127.0.0.1:" + port + "/api/status"
-		anonymous := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
-		if resp, err := anonymous.Get(url); err == nil {
+		if resp, err := httpsClient(t, cert).Get(url); err == nil {
 			resp.Body.Close()
 			t.Errorf("a client without a certificate got %d", resp.StatusCode)
 		}
@@ -458,14 +439,8 @@ func TestSecurityTLS(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		holder := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}}}}
-		resp, err := holder.Get(url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Errorf("a client with a certificate: %d", resp.StatusCode)
+		if code := getStatus(t, httpsClient(t, cert, pair), url); code != http.StatusOK {
+			t.Errorf("a client with a certificate: %d", code)
 		}
 	})
 	t.Run("monitoring server with a bad key", func(t *testing.T) {
@@ -543,6 +518,32 @@ func TestSecurityHTTP(t *testing.T) {
 	if resp := do("GET", "/readyz", "", ""); resp.StatusCode == http.StatusUnauthorized {
 		t.Error("/readyz asks for a password")
 	}
+}
+
+// httpsClient trusts the server certificates that the CA in caFile signed
+// and presents mine, if any.
+func httpsClient(t *testing.T, caFile string, mine ...tls.Certificate) *http.Client {
+	t.Helper()
+	caPEM, err := os.ReadFile(caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		t.Fatalf("%s: no PEM certificate", caFile)
+	}
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: mine}}}
+}
+
+// getStatus is the status code of a GET of url with c.
+func getStatus(t *testing.T, c *http.Client, url string) int {
+	t.Helper()
+	resp, err := c.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }
 
 // The daemon authenticates to an external server with a password from a
