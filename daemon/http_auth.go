@@ -4,15 +4,14 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
 	"sync"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/smtd/smtd/config"
@@ -107,26 +106,17 @@ func (a *httpAuth) require(h http.Handler, roles ...string) http.Handler {
 }
 
 // observeTLS returns ln serving TLS as observe.tls says, or ln itself
-// when it is not set.
+// when it is not set. The config is built as the embedded NATS server's
+// (secureEmbedded): with CAFile, client certificates are required.
 func observeTLS(ln net.Listener, t config.TLS) (net.Listener, error) {
 	if !t.Enabled() {
 		return ln, nil
 	}
-	cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+	tc, err := server.GenTLSConfig(&server.TLSConfigOpts{
+		CertFile: t.CertFile, KeyFile: t.KeyFile, CaFile: t.CAFile, Verify: t.CAFile != "",
+	})
 	if err != nil {
 		return nil, fmt.Errorf("smtd: observe.tls: %w", err)
-	}
-	tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-	if t.CAFile != "" {
-		pem, err := os.ReadFile(t.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("smtd: observe.tls.ca_file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("smtd: observe.tls.ca_file %s: no PEM certificate", t.CAFile)
-		}
-		tc.ClientCAs, tc.ClientAuth = pool, tls.RequireAndVerifyClientCert
 	}
 	return tls.NewListener(ln, tc), nil
 }
