@@ -318,8 +318,9 @@ func TestQueriesFloodWhileLearning(t *testing.T) {
 	}
 }
 
-// A worker's thread that blocks is off the CPU for the whole of its
-// work; one that computes is on it for some of it.
+// A worker's thread that blocks is off the CPU for most of its work (not
+// all: under -race on a loaded machine a 20 ms sleep has shown 10 ms of
+// thread CPU time); one that computes is on it for some of it.
 func TestQueryWorkOffCPU(t *testing.T) {
 	if _, _, ok := threadCPU(); !ok {
 		t.Skip("no thread CPU clock on " + runtime.GOOS)
@@ -331,7 +332,7 @@ func TestQueryWorkOffCPU(t *testing.T) {
 	time.Sleep(20 * time.Millisecond) // the locked thread sleeps with its goroutine
 	s.worked(w)
 	st := s.status()
-	if st.Timed != 1 || st.MostlyOffCPU != 1 || st.OffCPUSeconds < 0.9*st.WorkSeconds {
+	if st.Timed != 1 || st.MostlyOffCPU != 1 {
 		t.Fatalf("after a sleep: %+v, want one query timed, mostly off the CPU", st)
 	}
 	w = startWork()
