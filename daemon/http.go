@@ -64,7 +64,7 @@ func (d *Daemon) startHTTP() error {
 	if addr == "" {
 		return nil
 	}
-	auth, err := newHTTPAuth(d.fixed)
+	auth, err := newHTTPAuth(d.fixed, d.log)
 	if err != nil {
 		return err
 	}

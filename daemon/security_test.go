@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -517,6 +518,92 @@ func TestSecurityHTTP(t *testing.T) {
 	}
 	if resp := do("GET", "/readyz", "", ""); resp.StatusCode == http.StatusUnauthorized {
 		t.Error("/readyz asks for a password")
+	}
+
+	// Three logins above failed; seven more make this client refused,
+	// with the right password too, while requests without one are still
+	// asked for it.
+	for range loginFailures - 3 {
+		if resp := do("GET", "/", "ops", "guess"); resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("a wrong password: %d, want 401", resp.StatusCode)
+		}
+	}
+	resp := do("GET", "/", "ops", operatorPassword)
+	if resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("after %d failed logins: %d, want 429", loginFailures, resp.StatusCode)
+	}
+	if after, err := strconv.Atoi(resp.Header.Get("Retry-After")); err != nil || after < 1 || after > 60 {
+		t.Errorf("Retry-After %q, want 1 to 60 seconds", resp.Header.Get("Retry-After"))
+	}
+	if resp := do("GET", "/", "", ""); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("without a password while refused: %d, want 401", resp.StatusCode)
+	}
+}
+
+func TestLoginLimit(t *testing.T) {
+	l := loginLimit{window: time.Minute, failures: map[string]int{}}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := 1; i <= loginFailures; i++ {
+		if wait := l.refused("10.0.0.1", t0); wait != 0 {
+			t.Fatalf("refused after %d failures", i-1)
+		}
+		if last := l.failed("10.0.0.1", t0.Add(time.Second)); last != (i == loginFailures) {
+			t.Errorf("failure %d reported as the last: %v", i, last)
+		}
+	}
+	if wait := l.refused("10.0.0.1", t0.Add(20*time.Second)); wait != 40*time.Second {
+		t.Errorf("refused for %v, want the 40 s left of the window", wait)
+	}
+	if wait := l.refused("10.0.0.2", t0.Add(20*time.Second)); wait != 0 {
+		t.Errorf("another client refused for %v", wait)
+	}
+	if wait := l.refused("10.0.0.1", t0.Add(time.Minute)); wait != 0 {
+		t.Errorf("refused for %v in the next window", wait)
+	}
+
+	// Past loginClients addresses in a window, new ones are not followed.
+	for i := range loginClients {
+		l.failed(strconv.Itoa(i), t0.Add(time.Minute))
+	}
+	for range loginFailures {
+		l.failed("10.0.0.3", t0.Add(time.Minute))
+	}
+	if len(l.failures) != loginClients {
+		t.Errorf("%d clients followed, want at most %d", len(l.failures), loginClients)
+	}
+	if wait := l.refused("10.0.0.3", t0.Add(time.Minute)); wait != 0 {
+		t.Errorf("an unfollowed client refused for %v", wait)
+	}
+}
+
+func TestUnknownUserSecret(t *testing.T) {
+	hash, err := bcrypt.GenerateFromPassword([]byte("x"), bcrypt.MinCost+1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := map[string]*httpUser{"ops": {secret: "ops-secret"}}
+	hashed := map[string]*httpUser{"ops": {secret: "ops-secret"}, "cam1": {secret: string(hash)}}
+	for _, tc := range []struct {
+		name  string
+		users map[string]*httpUser
+		cost  int // 0: not a hash
+	}{{"plain", plain, 0}, {"bcrypt", hashed, bcrypt.MinCost + 1}} {
+		secret, err := unknownSecret(tc.users)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if cost, err := bcrypt.Cost([]byte(secret)); tc.cost != 0 && (err != nil || cost != tc.cost) {
+			t.Errorf("%s: the unknown user's hash has cost %d (%v), want %d", tc.name, cost, err, tc.cost)
+		}
+		if tc.cost == 0 && isBcrypt(secret) {
+			t.Errorf("%s: the unknown user's secret is a hash, the users' are not", tc.name)
+		}
+		u := &httpUser{secret: secret}
+		for _, pw := range []string{"", "ops-secret", "x"} {
+			if u.accepts(pw) {
+				t.Errorf("%s: the unknown user accepts %q", tc.name, pw)
+			}
+		}
 	}
 }
 
