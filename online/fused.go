@@ -55,6 +55,15 @@ type kernel struct {
 	// reduce, if not nil, does firstMax for rows rows: best[i] is the
 	// atom and cos[i] the score, −Inf if the row has none.
 	reduce func(max []float32, idx []int32, rows int, best []int32, cos []float32)
+
+	// approx and sel, if not nil, are the int8 prefilter of argmax
+	// (prefilter.go): approx writes the approximate scores of one block
+	// of 8 quantized rows against the panels of a quantAtoms to s, rows
+	// width floats apart, and each row's largest per lane to top[16r…];
+	// sel writes, for each row of s, the columns with score ≥ t[r] to
+	// idx from pos[r] on, in increasing order.
+	approx func(x []int8, corr []int32, groups int, pack []uint8, scale []float32, panels int, s []float32, width int, top []float32)
+	sel    func(s []float32, rows, width int, t []float32, pos []int64, idx []int32)
 }
 
 // generic is the portable kernel.
@@ -64,7 +73,8 @@ var generic = &kernel{name: "generic", rows: 4, argmax: argmaxGeneric, above: ab
 var fused = bestKernel()
 
 // KernelName returns the name of the fused scoring kernel that KMeans uses
-// on this machine: "avx512", "avx2" or "generic".
+// on this machine: "avx512-vnni" (AVX-512 with the int8 prefilter of
+// prefilter.go for K ≥ 4096), "avx512", "avx2" or "generic".
 func KernelName() string { return fused.name }
 
 // packedAtoms is the float32 copy of a dictionary laid out for the
@@ -74,6 +84,11 @@ func KernelName() string { return fused.name }
 type packedAtoms struct {
 	dim  int
 	data []float32 // panels(K)·Dim·panelWidth
+
+	// quant is the int8 copy for the prefilter, when the kernel this
+	// process uses has one and there are enough atoms for it to pay;
+	// nil otherwise.
+	quant *quantAtoms
 }
 
 func newPackedAtoms(k, dim int) packedAtoms {
@@ -82,7 +97,22 @@ func newPackedAtoms(k, dim int) packedAtoms {
 	for i := range p.data {
 		p.data[i] = nan
 	}
+	if fused.approx != nil && panelsFor(k) >= prefilterPanels {
+		p.quant = newQuantAtoms(k, dim)
+	}
 	return p
+}
+
+// copyInto returns a deep copy of p in the memory of dst where it fits.
+func (p *packedAtoms) copyInto(dst packedAtoms) packedAtoms {
+	dst.dim = p.dim
+	dst.data = append(dst.data[:0], p.data...)
+	if p.quant == nil {
+		dst.quant = nil
+	} else {
+		dst.quant = p.quant.clone(dst.quant)
+	}
+	return dst
 }
 
 // panelsFor returns the number of panels that hold k atoms.
@@ -94,6 +124,9 @@ func (p *packedAtoms) set(j int, v []float64) {
 	for l, x := range v {
 		p.data[base+l*panelWidth] = float32(x)
 	}
+	if p.quant != nil {
+		p.quant.set(j, p.data[base:])
+	}
 }
 
 // reset marks atom j as absent (NaN).
@@ -102,6 +135,9 @@ func (p *packedAtoms) reset(j int) {
 	nan := float32(math.NaN())
 	for l := 0; l < p.dim; l++ {
 		p.data[base+l*panelWidth] = nan
+	}
+	if p.quant != nil {
+		p.quant.reset(j)
 	}
 }
 
@@ -137,6 +173,7 @@ type fusedScratch struct {
 	pos  []int64   // write positions of above, one per row
 	cos  []float32 // scores of above; maxima of reduce
 	best []int32   // atoms of reduce
+	pre  prefilterScratch
 }
 
 // argmaxChunk bounds the multiply-adds (rows × atoms × Dim) of one call of
@@ -169,6 +206,10 @@ func (s *scratch) argmaxFused(kn *kernel, pack *packedAtoms, seeded, m int) {
 	dim := pack.dim
 	var blocks int
 	f.x, blocks = packRows(f.x, s.x, m, dim, kn.rows)
+	if kn.approx != nil && pack.quant != nil && panelsFor(seeded) >= prefilterPanels {
+		s.argmaxPrefiltered(kn, pack, seeded, m)
+		return
+	}
 	n := blocks * kn.rows * panelWidth
 	f.max = grow(f.max, n)
 	f.idx = grow(f.idx, n)

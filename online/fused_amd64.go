@@ -19,6 +19,12 @@ func aboveAVX512(x *float32, blocks, dim int, pack *float32, panels int, t float
 func firstMaxAVX512(max *float32, idx *int32, rows int, best *int32, cos *float32)
 
 //go:noescape
+func approxVNNI(x *int8, corr *int32, groups int, pack *uint8, scale *float32, panels int, s *float32, width int, top *float32)
+
+//go:noescape
+func selectAVX512(s *float32, rows, width int, t *float32, pos *int64, idx *int32)
+
+//go:noescape
 func argmaxAVX2(x *float32, blocks, dim int, pack *float32, panels int, max *float32, idx *int32)
 
 //go:noescape
@@ -41,6 +47,36 @@ var (
 				panic("online: fused reduction: buffers too short")
 			}
 			firstMaxAVX512(&max[0], &idx[0], rows, &best[0], &cos[0])
+		},
+	}
+	// avx512VNNIKernel is the AVX-512 kernel with the int8 prefilter of
+	// prefilter.go in front of its argmax: the same codes, bit for bit.
+	avx512VNNIKernel = &kernel{
+		name:   "avx512-vnni",
+		rows:   8,
+		argmax: avx512Kernel.argmax,
+		above:  avx512Kernel.above,
+		reduce: avx512Kernel.reduce,
+		approx: func(x []int8, corr []int32, groups int, pack []uint8, scale []float32, panels int, s []float32, width int, top []float32) {
+			const rows = prefilterRows
+			if groups < 1 || panels < 1 || width < panels*panelWidth || len(x) < rows*groups*4 || len(corr) < rows ||
+				len(pack) < panels*groups*4*panelWidth || len(scale) < panels*panelWidth ||
+				len(s) < (rows-1)*width+panels*panelWidth || len(top) < rows*16 {
+				panic("online: prefilter: buffers too short")
+			}
+			approxVNNI(&x[0], &corr[0], groups, &pack[0], &scale[0], panels, &s[0], width, &top[0])
+		},
+		sel: func(s []float32, rows, width int, t []float32, pos []int64, idx []int32) {
+			if rows < 1 || width < 16 || width%16 != 0 || len(s) < rows*width || len(t) < rows || len(pos) < rows {
+				panic("online: prefilter selection: buffers too short")
+			}
+			for r := range rows {
+				end := int(pos[r]) + width + 16
+				if pos[r] < 0 || end > len(idx) || (r+1 < rows && end > int(pos[r+1])) {
+					panic("online: prefilter selection: output too short")
+				}
+			}
+			selectAVX512(&s[0], rows, width, &t[0], &pos[0], &idx[0])
 		},
 	}
 	avx2Kernel = &kernel{
@@ -74,10 +110,13 @@ var compressTable = func() (t [256][8]int32) {
 }()
 
 func hasAVX512() bool { return cpu.X86.HasAVX512F && cpu.X86.HasPOPCNT }
+func hasVNNI() bool   { return hasAVX512() && cpu.X86.HasAVX512VNNI }
 func hasAVX2() bool   { return cpu.X86.HasAVX2 && cpu.X86.HasFMA && cpu.X86.HasPOPCNT }
 
 func bestKernel() *kernel {
 	switch {
+	case hasVNNI():
+		return avx512VNNIKernel
 	case hasAVX512():
 		return avx512Kernel
 	case hasAVX2():
@@ -89,6 +128,9 @@ func bestKernel() *kernel {
 // kernels returns every kernel this CPU runs, fastest first.
 func kernels() []*kernel {
 	var ks []*kernel
+	if hasVNNI() {
+		ks = append(ks, avx512VNNIKernel)
+	}
 	if hasAVX512() {
 		ks = append(ks, avx512Kernel)
 	}

@@ -66,6 +66,8 @@ DATA lanes<>+0(SB)/4, $0
 	avx512(&a, false)
 	avx512(&a, true)
 	firstMaxAVX512(&a)
+	approxVNNI(&a)
+	selectAVX512(&a)
 	avx2(&a, false)
 	avx2(&a, true)
 	if err := os.WriteFile("fused_amd64.s", a.Bytes(), 0o644); err != nil {
@@ -353,6 +355,135 @@ func firstMaxAVX512(a *asm) {
 	a.Op("ADDQ $4, DI")
 	a.Op("ADDQ $4, SI")
 	a.Op("DECQ CX")
+	a.Op("JNZ %s_row", name)
+	a.Op("VZEROUPPER")
+	a.Op("RET")
+}
+
+// approxVNNI emits the prefilter's approximate scores (prefilter.go) of
+// one block of 8 rows of int8 coordinates: for each panel of 32 atoms of
+// biased uint8 coordinates (q + 128), 16 accumulators of dword dot
+// products take four coordinates per VPDPBUSD,
+//
+//	acc[r][a] = Σ_g Σ_{k<4} u[a][4g+k] · x[r][4g+k]        (int32, exact)
+//
+// then the row's bias 128·Σ x[r] is taken off, and the result converted
+// to float32, scaled by the atom's scale and stored:
+//
+//	s[r·width + 32p + a] = float32(acc[r][a] − corr[r]) · scale[32p + a]
+//
+// Each row also keeps a running maximum per lane (a NaN score is
+// skipped), stored to top[16r…] at the end. The rows are stored one group
+// of four coordinates after the other (32 bytes, the 8 rows' dwords), a
+// panel one group after the other (128 bytes, the 32 atoms' dwords), so
+// the inner loop reads each as the float32 kernels read theirs.
+func approxVNNI(a *asm) {
+	const rows = 8
+	name := "approxVNNI"
+	fmt.Fprintf(a, "\n// func %s(x *int8, corr *int32, groups int, pack *uint8, scale *float32, panels int, s *float32, width int, top *float32)\nTEXT ·%s(SB), NOSPLIT, $0-72\n", name, name)
+	a.Op("MOVQ x+0(FP), SI")
+	a.Op("MOVQ corr+8(FP), DI")
+	a.Op("MOVQ groups+16(FP), DX")
+	a.Op("MOVQ pack+24(FP), R12")
+	a.Op("MOVQ scale+32(FP), R8")
+	a.Op("MOVQ s+48(FP), R9")
+	a.Op("MOVQ width+56(FP), R10")
+	a.Op("SHLQ $2, R10")
+	a.Op("MOVL $0xff800000, AX")
+	a.Op("VPBROADCASTD AX, Z18")
+	for r := 1; r < rows; r++ {
+		a.Op("VMOVAPS Z18, Z%d", 18+r)
+	}
+	a.Op("XORQ R11, R11")
+	a.Label(name + "_panel")
+	a.Comment("acc = 0")
+	for i := 0; i < 2*rows; i++ {
+		a.Op("VPXORD Z%d, Z%d, Z%d", i, i, i)
+	}
+	a.Op("MOVQ SI, R13")
+	a.Op("MOVQ R12, AX")
+	a.Op("MOVQ DX, BX")
+	a.Label(name + "_group")
+	a.Op("VMOVDQU32 (AX), Z16")
+	a.Op("VMOVDQU32 64(AX), Z17")
+	for r := 0; r < rows; r++ {
+		for q := 0; q < 2; q++ {
+			a.Op("VPDPBUSD.BCST %d(R13), Z%d, Z%d", 4*r, 16+q, 2*r+q)
+		}
+	}
+	a.Op("ADDQ $%d, R13", 4*rows)
+	a.Op("ADDQ $%d, AX", panelBytes)
+	a.Op("DECQ BX")
+	a.Op("JNZ %s_group", name)
+	a.Op("MOVQ AX, R12")
+	a.Comment("take off the bias, scale, keep the maxima (a NaN in the first source gives the second), store")
+	a.Op("MOVQ R11, CX")
+	a.Op("SHLQ $7, CX")
+	a.Op("VMOVUPS (R8)(CX*1), Z16")
+	a.Op("VMOVUPS 64(R8)(CX*1), Z17")
+	a.Op("ADDQ R9, CX")
+	for r := 0; r < rows; r++ {
+		for q := 0; q < 2; q++ {
+			acc := 2*r + q
+			a.Op("VPSUBD.BCST %d(DI), Z%d, Z%d", 4*r, acc, acc)
+			a.Op("VCVTDQ2PS Z%d, Z%d", acc, acc)
+			a.Op("VMULPS Z%d, Z%d, Z%d", 16+q, acc, acc)
+			a.Op("VMAXPS Z%d, Z%d, Z%d", 18+r, acc, 18+r)
+			a.Op("VMOVUPS Z%d, %d(CX)", acc, 64*q)
+		}
+		if r < rows-1 {
+			a.Op("ADDQ R10, CX")
+		}
+	}
+	a.Op("INCQ R11")
+	a.Op("CMPQ R11, panels+40(FP)")
+	a.Op("JLT %s_panel", name)
+	a.Op("MOVQ top+64(FP), AX")
+	for r := 0; r < rows; r++ {
+		a.Op("VMOVUPS Z%d, %d(AX)", 18+r, 64*r)
+	}
+	a.Op("VZEROUPPER")
+	a.Op("RET")
+}
+
+// selectAVX512 emits the prefilter's selection (prefilter.go): for each
+// of rows rows of width scores (a multiple of 16), the columns with score
+// ≥ t[r], in increasing order, written to idx[pos[r]…] with pos[r]
+// advanced past them. A NaN score is never kept. The kernel may write up
+// to 15 elements beyond the last.
+func selectAVX512(a *asm) {
+	name := "selectAVX512"
+	fmt.Fprintf(a, "\n// func %s(s *float32, rows, width int, t *float32, pos *int64, idx *int32)\nTEXT ·%s(SB), NOSPLIT, $0-48\n", name, name)
+	a.Op("MOVQ s+0(FP), SI")
+	a.Op("MOVQ width+16(FP), DX")
+	a.Op("MOVQ t+24(FP), R8")
+	a.Op("MOVQ pos+32(FP), R9")
+	a.Op("MOVQ idx+40(FP), DI")
+	a.Op("MOVL $16, AX")
+	a.Op("VPBROADCASTD AX, Z31")
+	a.Label(name + "_row")
+	a.Op("VBROADCASTSS (R8), Z28")
+	a.Op("VMOVDQU32 lanes<>+0(SB), Z27")
+	a.Op("MOVQ DX, BX")
+	a.Op("MOVQ (R9), CX")
+	a.Label(name + "_sel")
+	a.Op("VCMPPS $0x12, (SI), Z28, K1")
+	a.Op("KORTESTW K1, K1")
+	a.Op("JZ %s_none", name)
+	a.Op("VPCOMPRESSD Z27, K1, Z26")
+	a.Op("VMOVDQU32 Z26, (DI)(CX*4)")
+	a.Op("KMOVW K1, AX")
+	a.Op("POPCNTL AX, AX")
+	a.Op("ADDQ AX, CX")
+	a.Label(name + "_none")
+	a.Op("VPADDD Z31, Z27, Z27")
+	a.Op("ADDQ $64, SI")
+	a.Op("SUBQ $16, BX")
+	a.Op("JNZ %s_sel", name)
+	a.Op("MOVQ CX, (R9)")
+	a.Op("ADDQ $8, R9")
+	a.Op("ADDQ $4, R8")
+	a.Op("DECQ rows+8(FP)")
 	a.Op("JNZ %s_row", name)
 	a.Op("VZEROUPPER")
 	a.Op("RET")

@@ -877,7 +877,7 @@ func (k *KMeans) CloneInto(dst *KMeans) *KMeans {
 		s:       k.s,
 		rng:     k.rng,
 		atoms:   dst.atoms,
-		packed:  packedAtoms{dim: k.s.Dim, data: append(dst.packed.data[:0], k.packed.data...)},
+		packed:  k.packed.copyInto(dst.packed),
 		counts:  append(dst.counts[:0], k.counts...),
 		last:    append(dst.last[:0], k.last...),
 		seeded:  k.seeded,

@@ -1,0 +1,177 @@
+package online
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"gonum.org/v1/gonum/mat"
+)
+
+// prefilterKernels returns the kernels with a prefilter this CPU runs.
+func prefilterKernels(t testing.TB) []*kernel {
+	var ks []*kernel
+	for _, kn := range kernels() {
+		if kn.approx != nil {
+			ks = append(ks, kn)
+		}
+	}
+	if len(ks) == 0 {
+		t.Skip("no kernel with a prefilter on this CPU")
+	}
+	return ks
+}
+
+// withQuant gives c's atoms the int8 copy whatever their number.
+func withQuant(c *scoreCase) *scoreCase {
+	c.pack.quant = newQuantAtoms(c.k, c.dim)
+	for j := range c.k {
+		c.pack.set(j, c.atoms.RawRowView(j))
+	}
+	return c
+}
+
+// checkPrefilter runs the prefilter path of kn on c whatever its K, and
+// the kernel's own argmax over every atom, and requires the same codes
+// and the same float32 cosines, bit for bit.
+func checkPrefilter(t *testing.T, kn *kernel, c *scoreCase, seeded int) {
+	t.Helper()
+	var full scratch
+	full.x = c.x
+	plain := *kn
+	plain.approx, plain.sel = nil, nil
+	full.argmaxFused(&plain, &c.pack, seeded, c.m)
+	if seeded == 0 || c.m == 0 {
+		return // argmaxFused answers before any kernel runs
+	}
+	var pre scratch
+	pre.x = c.x
+	pre.best = grow(pre.best, c.m)
+	pre.cos = grow(pre.cos, c.m)
+	pre.fused.x, _ = packRows(pre.fused.x, pre.x, c.m, c.dim, kn.rows)
+	pre.argmaxPrefiltered(kn, &c.pack, seeded, c.m)
+	for i := range c.m {
+		if pre.best[i] != full.best[i] || math.Float64bits(pre.cos[i]) != math.Float64bits(full.cos[i]) {
+			t.Fatalf("%s m=%d k=%d dim=%d seeded=%d: row %d: prefilter %d (%v), kernel %d (%v)",
+				kn.name, c.m, c.k, c.dim, seeded, i, pre.best[i], pre.cos[i], full.best[i], full.cos[i])
+		}
+	}
+}
+
+// TestPrefilterMatchesKernel checks the prefilter against the argmax
+// kernel on random clusters, dimensions that are not a multiple of four,
+// atoms not seeded or reset, and on whitened MNIST patches against a
+// dictionary learned from them, where many cosines are close.
+func TestPrefilterMatchesKernel(t *testing.T) {
+	ks := prefilterKernels(t)
+	rng := rand.New(rand.NewPCG(91, 92))
+	x, blank := mnistPatches(t, 40)
+	var rows []float64
+	for i, b := range blank {
+		if !b {
+			rows = append(rows, x.RawRowView(i)...)
+		}
+	}
+	km, _ := newTestKMeans(KMeansSettings{K: 1024, Dim: 36}, 7)
+	for i := 0; i < len(rows)/36; i += 1000 {
+		n := min(1000, len(rows)/36-i)
+		km.Learn(mat.NewDense(n, 36, rows[i*36:(i+n)*36]), nil)
+	}
+	mnist := withQuant(scoreCaseOf(rows[:2000*36], km.Atoms()))
+	for _, kn := range ks {
+		checkPrefilter(t, kn, mnist, km.Seeded())
+		for _, shape := range [][3]int{{301, 1500, 36}, {77, 2000, 37}, {9, 40, 5}, {8, 1024, 36}, {1, 33, 300}} {
+			c := withQuant(newScoreCase(rng, shape[0], shape[1], shape[2]))
+			checkPrefilter(t, kn, c, c.k)
+			checkPrefilter(t, kn, c, c.k/2+1)
+			for j := 3; j < c.k; j += 7 {
+				c.pack.reset(j)
+			}
+			checkPrefilter(t, kn, c, c.k)
+		}
+	}
+}
+
+// TestPrefilterTies checks that the prefilter keeps the first of equal
+// atoms, as the kernel does, across panels.
+func TestPrefilterTies(t *testing.T) {
+	ks := prefilterKernels(t)
+	rng := rand.New(rand.NewPCG(93, 94))
+	c := withQuant(newScoreCase(rng, 19, 4200, 36))
+	for _, j := range []int{40, 150, 999, 4199} {
+		c.pack.set(j, c.atoms.RawRowView(777))
+	}
+	c.x = slices.Concat(c.x, slices.Repeat(c.atoms.RawRowView(777), 9))
+	c.m += 9
+	for _, kn := range ks {
+		checkPrefilter(t, kn, c, c.k)
+		var s scratch
+		s.x = c.x
+		s.argmaxFused(kn, &c.pack, c.k, c.m)
+		for i := 19; i < c.m; i++ {
+			if s.best[i] != 40 {
+				t.Errorf("%s: row %d: atom %d, want 40, the first of the copies 40, 150, 777, 999, 4199", kn.name, i, s.best[i])
+			}
+		}
+	}
+}
+
+// FuzzPrefilter checks the prefilter on shapes across the block and panel
+// edges, with some atoms absent.
+func FuzzPrefilter(f *testing.F) {
+	f.Add(uint64(1), uint8(1), uint16(1), uint16(36), uint16(1))
+	f.Add(uint64(2), uint8(9), uint16(33), uint16(37), uint16(17))
+	f.Add(uint64(3), uint8(25), uint16(1100), uint16(3), uint16(1000))
+	f.Fuzz(func(t *testing.T, seed uint64, m uint8, k, dim, seeded uint16) {
+		ks := prefilterKernels(t)
+		mm, kk, dd := 1+int(m)%40, 1+int(k)%1200, 1+int(dim)%100
+		ss := int(seeded) % (kk + 1)
+		c := withQuant(newScoreCase(rand.New(rand.NewPCG(seed, 95)), mm, kk, dd))
+		for j := ss; j < kk; j++ {
+			c.pack.reset(j)
+		}
+		for _, kn := range ks {
+			checkPrefilter(t, kn, c, ss)
+		}
+	})
+}
+
+// BenchmarkArgmaxMNIST measures argmaxFused with each kernel on whitened
+// MNIST patches against K = 4096 atoms learned from them, the daemon's
+// image pipeline at the paper's scale, where the prefilter is used:
+// rows/s, and GFLOP/s as if every score were computed (2·K·36 flops a
+// row).
+func BenchmarkArgmaxMNIST(b *testing.B) {
+	const k, dim = 4096, 36
+	x, blank := mnistPatches(b, 100)
+	var rows []float64
+	for i, bl := range blank {
+		if !bl {
+			rows = append(rows, x.RawRowView(i)...)
+		}
+	}
+	km, _ := newTestKMeans(KMeansSettings{K: k, Dim: dim}, 7)
+	n := len(rows) / dim
+	for i := 0; i < n; i += 1024 {
+		m := min(1024, n-i)
+		km.Learn(mat.NewDense(m, dim, rows[i*dim:(i+m)*dim]), nil)
+	}
+	const m = 8192
+	for _, kn := range kernels() {
+		b.Run(kn.name, func(b *testing.B) {
+			var s scratch
+			s.x = rows[:m*dim]
+			s.argmaxFused(kn, &km.packed, km.seeded, m) // grow the workspaces
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				s.argmaxFused(kn, &km.packed, km.seeded, m)
+				i++
+			}
+			rate := float64(i*m) / b.Elapsed().Seconds()
+			b.ReportMetric(rate, "rows/s")
+			b.ReportMetric(rate*2*k*dim/1e9, "GFLOP/s")
+		})
+	}
+}
