@@ -198,21 +198,31 @@ func BenchmarkScore(b *testing.B) {
 	}
 }
 
-// TestFusedKernelsMNIST checks every kernel on whitened MNIST patches
-// against a dictionary learned from them, where many cosines are close.
-func TestFusedKernelsMNIST(t *testing.T) {
-	x, blank := mnistPatches(t, 20)
+// learnedMNIST returns the non-blank whitened patches of the first n
+// test images, row-major, and a dictionary of k atoms learned from them
+// in minibatches of batch rows.
+func learnedMNIST(t testing.TB, n, k, batch int, seed uint64) ([]float64, *KMeans) {
+	t.Helper()
+	x, blank := mnistPatches(t, n)
 	var rows []float64
 	for i, b := range blank {
 		if !b {
 			rows = append(rows, x.RawRowView(i)...)
 		}
 	}
-	km, _ := newTestKMeans(KMeansSettings{K: 300, Dim: 36}, 5)
-	for i := 0; i < len(rows)/36; i += 500 {
-		n := min(500, len(rows)/36-i)
+	km, _ := newTestKMeans(KMeansSettings{K: k, Dim: 36}, seed)
+	m := len(rows) / 36
+	for i := 0; i < m; i += batch {
+		n := min(batch, m-i)
 		km.Learn(mat.NewDense(n, 36, rows[i*36:(i+n)*36]), nil)
 	}
+	return rows, km
+}
+
+// TestFusedKernelsMNIST checks every kernel on whitened MNIST patches
+// against a dictionary learned from them, where many cosines are close.
+func TestFusedKernelsMNIST(t *testing.T) {
+	rows, km := learnedMNIST(t, 20, 300, 500, 5)
 	if km.Seeded() != 300 {
 		t.Fatalf("seeded %d atoms, want 300", km.Seeded())
 	}

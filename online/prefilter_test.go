@@ -5,8 +5,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
-
-	"gonum.org/v1/gonum/mat"
 )
 
 // prefilterKernels returns the kernels with a prefilter this CPU runs.
@@ -66,18 +64,7 @@ func checkPrefilter(t *testing.T, kn *kernel, c *scoreCase, seeded int) {
 func TestPrefilterMatchesKernel(t *testing.T) {
 	ks := prefilterKernels(t)
 	rng := rand.New(rand.NewPCG(91, 92))
-	x, blank := mnistPatches(t, 40)
-	var rows []float64
-	for i, b := range blank {
-		if !b {
-			rows = append(rows, x.RawRowView(i)...)
-		}
-	}
-	km, _ := newTestKMeans(KMeansSettings{K: 1024, Dim: 36}, 7)
-	for i := 0; i < len(rows)/36; i += 1000 {
-		n := min(1000, len(rows)/36-i)
-		km.Learn(mat.NewDense(n, 36, rows[i*36:(i+n)*36]), nil)
-	}
+	rows, km := learnedMNIST(t, 40, 1024, 1000, 7)
 	mnist := withQuant(scoreCaseOf(rows[:2000*36], km.Atoms()))
 	for _, kn := range ks {
 		checkPrefilter(t, kn, mnist, km.Seeded())
@@ -143,21 +130,8 @@ func FuzzPrefilter(f *testing.F) {
 // rows/s, and GFLOP/s as if every score were computed (2·K·36 flops a
 // row).
 func BenchmarkArgmaxMNIST(b *testing.B) {
-	const k, dim = 4096, 36
-	x, blank := mnistPatches(b, 100)
-	var rows []float64
-	for i, bl := range blank {
-		if !bl {
-			rows = append(rows, x.RawRowView(i)...)
-		}
-	}
-	km, _ := newTestKMeans(KMeansSettings{K: k, Dim: dim}, 7)
-	n := len(rows) / dim
-	for i := 0; i < n; i += 1024 {
-		m := min(1024, n-i)
-		km.Learn(mat.NewDense(m, dim, rows[i*dim:(i+m)*dim]), nil)
-	}
-	const m = 8192
+	const k, dim, m = 4096, 36, 8192
+	rows, km := learnedMNIST(b, 100, k, 1024, 7)
 	for _, kn := range kernels() {
 		b.Run(kn.name, func(b *testing.B) {
 			var s scratch
