@@ -198,10 +198,9 @@ func BenchmarkScore(b *testing.B) {
 	}
 }
 
-// learnedMNIST returns the non-blank whitened patches of the first n
-// test images, row-major, and a dictionary of k atoms learned from them
-// in minibatches of batch rows.
-func learnedMNIST(t testing.TB, n, k, batch int, seed uint64) ([]float64, *KMeans) {
+// mnistRows returns the non-blank whitened patches of the first n test
+// images, row-major.
+func mnistRows(t testing.TB, n int) []float64 {
 	t.Helper()
 	x, blank := mnistPatches(t, n)
 	var rows []float64
@@ -210,6 +209,14 @@ func learnedMNIST(t testing.TB, n, k, batch int, seed uint64) ([]float64, *KMean
 			rows = append(rows, x.RawRowView(i)...)
 		}
 	}
+	return rows
+}
+
+// learnedMNIST returns mnistRows(t, n) and a dictionary of k atoms
+// learned from them in minibatches of batch rows.
+func learnedMNIST(t testing.TB, n, k, batch int, seed uint64) ([]float64, *KMeans) {
+	t.Helper()
+	rows := mnistRows(t, n)
 	km, _ := newTestKMeans(KMeansSettings{K: k, Dim: 36}, seed)
 	m := len(rows) / 36
 	for i := 0; i < m; i += batch {

@@ -325,7 +325,8 @@ func (w *prefilterScratch) thresholds(n int) bool {
 
 // unite collects the candidates of the block's n rows into w.union, in
 // increasing order. It reports false if there are more than most, when
-// scoring every atom costs less.
+// scoring every atom costs less, or none (only with a bound that is not
+// a number, from atoms that are not finite: the kernel then decides).
 func (w *prefilterScratch) unite(n, capacity, most int) bool {
 	w.union = w.union[:0]
 	for r := range n {
@@ -342,7 +343,7 @@ func (w *prefilterScratch) unite(n, capacity, most int) bool {
 			w.union = append(w.union, int32(i*64+bits.TrailingZeros64(word)))
 		}
 	}
-	return len(w.union) <= most
+	return len(w.union) > 0 && len(w.union) <= most
 }
 
 // gather copies the float32 coordinates of the atoms in w.union into

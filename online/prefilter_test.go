@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"gonum.org/v1/gonum/mat"
 )
 
 // prefilterKernels returns the kernels with a prefilter this CPU runs.
@@ -147,5 +149,36 @@ func BenchmarkArgmaxMNIST(b *testing.B) {
 			b.ReportMetric(rate, "rows/s")
 			b.ReportMetric(rate*2*k*dim/1e9, "GFLOP/s")
 		})
+	}
+}
+
+// TestKMeansLearnsAsWithoutPrefilter checks that a dictionary of 4096
+// atoms, where KMeans uses the prefilter, learns exactly as with the
+// float32 kernel alone: the same atoms, bit for bit, after every batch.
+func TestKMeansLearnsAsWithoutPrefilter(t *testing.T) {
+	ks := prefilterKernels(t)
+	const k = 4096
+	rows := mnistRows(t, 100)
+	saved := fused
+	defer func() { fused = saved }()
+	learn := func(kn *kernel) *KMeans {
+		fused = kn
+		km, _ := newTestKMeans(KMeansSettings{K: k, Dim: 36}, 11)
+		if (km.packed.quant != nil) != (kn.approx != nil) {
+			t.Fatalf("%s: int8 atoms %v", kn.name, km.packed.quant != nil)
+		}
+		for i := 0; i+1024 <= len(rows)/36; i += 1024 {
+			km.Learn(mat.NewDense(1024, 36, rows[i*36:(i+1024)*36]), nil)
+		}
+		return km
+	}
+	plain := *ks[0]
+	plain.approx, plain.sel = nil, nil
+	want, got := learn(&plain), learn(ks[0])
+	if got.Seeded() != k {
+		t.Fatalf("seeded %d atoms of %d: the prefilter was not used", got.Seeded(), k)
+	}
+	if !slices.Equal(want.atoms.RawMatrix().Data, got.atoms.RawMatrix().Data) {
+		t.Error("the dictionaries differ")
 	}
 }
