@@ -56,14 +56,8 @@ type kernel struct {
 	// atom and cos[i] the score, −Inf if the row has none.
 	reduce func(max []float32, idx []int32, rows int, best []int32, cos []float32)
 
-	// approx and sel, if not nil, are the int8 prefilter of argmax
-	// (prefilter.go): approx writes the approximate scores of one block
-	// of 8 quantized rows against the panels of a quantAtoms to s, rows
-	// width floats apart, and each row's largest per lane to top[16r…];
-	// sel writes, for each row of s, the columns with score ≥ t[r] to
-	// idx from pos[r] on, in increasing order.
-	approx func(x []int8, corr []int32, groups int, pack []uint8, scale []float32, panels int, s []float32, width int, top []float32)
-	sel    func(s []float32, rows, width int, t []float32, pos []int64, idx []int32)
+	// pre, if not nil, is the int8 prefilter of argmax (prefilter.go).
+	pre *prefilterOps
 }
 
 // generic is the portable kernel.
@@ -97,7 +91,7 @@ func newPackedAtoms(k, dim int) packedAtoms {
 	for i := range p.data {
 		p.data[i] = nan
 	}
-	if fused.approx != nil && panelsFor(k) >= prefilterPanels {
+	if fused.pre != nil && panelsFor(k) >= prefilterPanels {
 		p.quant = newQuantAtoms(k, dim)
 	}
 	return p
@@ -206,7 +200,7 @@ func (s *scratch) argmaxFused(kn *kernel, pack *packedAtoms, seeded, m int) {
 	dim := pack.dim
 	var blocks int
 	f.x, blocks = packRows(f.x, s.x, m, dim, kn.rows)
-	if kn.approx != nil && pack.quant != nil && panelsFor(seeded) >= prefilterPanels {
+	if kn.pre != nil && pack.quant != nil && panelsFor(seeded) >= prefilterPanels {
 		s.argmaxPrefiltered(kn, pack, seeded, m)
 		return
 	}

@@ -25,6 +25,9 @@ func approxVNNI(x *int8, corr *int32, groups int, pack *uint8, scale *float32, p
 func selectAVX512(s *float32, rows, width int, t *float32, pos *int64, idx *int32)
 
 //go:noescape
+func gatherAVX512(atoms *float32, dim int, idx *int32, n int, dst *float32)
+
+//go:noescape
 func argmaxAVX2(x *float32, blocks, dim int, pack *float32, panels int, max *float32, idx *int32)
 
 //go:noescape
@@ -57,26 +60,39 @@ var (
 		argmax: avx512Kernel.argmax,
 		above:  avx512Kernel.above,
 		reduce: avx512Kernel.reduce,
-		approx: func(x []int8, corr []int32, groups int, pack []uint8, scale []float32, panels int, s []float32, width int, top []float32) {
-			const rows = prefilterRows
-			if groups < 1 || panels < 1 || width < panels*panelWidth || len(x) < rows*groups*4 || len(corr) < rows ||
-				len(pack) < panels*groups*4*panelWidth || len(scale) < panels*panelWidth ||
-				len(s) < (rows-1)*width+panels*panelWidth || len(top) < rows*16 {
-				panic("online: prefilter: buffers too short")
-			}
-			approxVNNI(&x[0], &corr[0], groups, &pack[0], &scale[0], panels, &s[0], width, &top[0])
-		},
-		sel: func(s []float32, rows, width int, t []float32, pos []int64, idx []int32) {
-			if rows < 1 || width < 16 || width%16 != 0 || len(s) < rows*width || len(t) < rows || len(pos) < rows {
-				panic("online: prefilter selection: buffers too short")
-			}
-			for r := range rows {
-				end := int(pos[r]) + width + 16
-				if pos[r] < 0 || end > len(idx) || (r+1 < rows && end > int(pos[r+1])) {
-					panic("online: prefilter selection: output too short")
+		pre: &prefilterOps{
+			approx: func(x []int8, corr []int32, groups int, pack []uint8, scale []float32, panels int, s []float32, width int, top []float32) {
+				const rows = prefilterRows
+				if groups < 1 || panels < 1 || width < panels*panelWidth || len(x) < rows*groups*4 || len(corr) < rows ||
+					len(pack) < panels*groups*4*panelWidth || len(scale) < panels*panelWidth ||
+					len(s) < (rows-1)*width+panels*panelWidth || len(top) < rows*16 {
+					panic("online: prefilter: buffers too short")
 				}
-			}
-			selectAVX512(&s[0], rows, width, &t[0], &pos[0], &idx[0])
+				approxVNNI(&x[0], &corr[0], groups, &pack[0], &scale[0], panels, &s[0], width, &top[0])
+			},
+			sel: func(s []float32, rows, width int, t []float32, pos []int64, idx []int32) {
+				if rows < 1 || width < 16 || width%16 != 0 || len(s) < rows*width || len(t) < rows || len(pos) < rows {
+					panic("online: prefilter selection: buffers too short")
+				}
+				for r := range rows {
+					end := int(pos[r]) + width + 16
+					if pos[r] < 0 || end > len(idx) || (r+1 < rows && end > int(pos[r+1])) {
+						panic("online: prefilter selection: output too short")
+					}
+				}
+				selectAVX512(&s[0], rows, width, &t[0], &pos[0], &idx[0])
+			},
+			gather: func(atoms []float32, dim int, idx []int32, n int, dst []float32) {
+				if dim < 1 || n < 0 || n > 16 || len(idx) < max(1, n) || len(dst) < (dim-1)*panelWidth+16 {
+					panic("online: prefilter gather: buffers too short")
+				}
+				for _, j := range idx[:n] {
+					if j < 0 || (int(j)+1)*dim > len(atoms) {
+						panic("online: prefilter gather: atom out of range")
+					}
+				}
+				gatherAVX512(&atoms[0], dim, &idx[0], n, &dst[0])
+			},
 		},
 	}
 	avx2Kernel = &kernel{

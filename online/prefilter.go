@@ -38,6 +38,20 @@ import (
 // atoms, and a block of 8 rows 57 together: two panels rescored instead
 // of 128.
 
+// prefilterOps are the assembly parts of the prefilter.
+type prefilterOps struct {
+	// approx writes the approximate scores of one block of 8 quantized
+	// rows against the panels of a quantAtoms to s, rows width floats
+	// apart, and each row's largest per lane to top[16r…].
+	approx func(x []int8, corr []int32, groups int, pack []uint8, scale []float32, panels int, s []float32, width int, top []float32)
+	// sel writes, for each row of s, the columns with score ≥ t[r] to idx
+	// from pos[r] on, in increasing order.
+	sel func(s []float32, rows, width int, t []float32, pos []int64, idx []int32)
+	// gather writes the n ≤ 16 atoms idx[:n] of the row-major atoms to
+	// dst as half a panel, NaN in the lanes from n on.
+	gather func(atoms []float32, dim int, idx []int32, n int, dst []float32)
+}
+
 // prefilterPanels is the fewest panels of atoms (here 4096 atoms) for
 // which the prefilter is used: below it, the float32 kernel alone costs
 // less than the prefilter, the rescoring and the upkeep of the int8 atoms
@@ -216,10 +230,10 @@ func (s *scratch) argmaxPrefiltered(kn *kernel, pack *packedAtoms, seeded, m int
 			for r := range rows {
 				w.pos[r] = int64(r * capacity)
 			}
-			kn.approx(w.xq, w.corr, groups, q.data, q.scale, panels, w.s, width, w.top)
+			kn.pre.approx(w.xq, w.corr, groups, q.data, q.scale, panels, w.s, width, w.top)
 			ok = w.thresholds(n)
 			if ok {
-				kn.sel(w.s, n, width, w.t, w.pos, w.cand)
+				kn.pre.sel(w.s, n, width, w.t, w.pos, w.cand)
 				ok = w.unite(n, capacity, width/4)
 			}
 		}
@@ -234,7 +248,7 @@ func (s *scratch) argmaxPrefiltered(kn *kernel, pack *packedAtoms, seeded, m int
 			}
 			continue
 		}
-		w.gather(q)
+		w.gather(kn, q)
 		kn.argmax(blk, 1, dim, w.mini, panelsFor(len(w.union)), w.max, w.idx)
 		for r := range n {
 			k, cos := firstMax(w.max[r*panelWidth:], w.idx[r*panelWidth:])
@@ -348,22 +362,13 @@ func (w *prefilterScratch) unite(n, capacity, most int) bool {
 
 // gather copies the float32 coordinates of the atoms in w.union into
 // w.mini, panels of their own in the packedAtoms layout, padded with NaN.
-func (w *prefilterScratch) gather(q *quantAtoms) {
+func (w *prefilterScratch) gather(kn *kernel, q *quantAtoms) {
 	dim, n := q.dim, len(w.union)
-	w.mini = grow(w.mini, panelsFor(n)*dim*panelWidth)
-	if tail := n % panelWidth; tail != 0 {
-		last := w.mini[(n/panelWidth)*dim*panelWidth:]
-		nan := float32(math.NaN())
-		for l := 0; l < dim; l++ {
-			for a := tail; a < panelWidth; a++ {
-				last[l*panelWidth+a] = nan
-			}
-		}
-	}
-	for k, j := range w.union {
-		dst := w.mini[(k/panelWidth)*dim*panelWidth+k%panelWidth:]
-		for l, c := range q.atoms[int(j)*dim : int(j+1)*dim] {
-			dst[l*panelWidth] = c
-		}
+	panels := panelsFor(n)
+	w.mini = grow(w.mini, panels*dim*panelWidth)
+	for h := 0; h < 2*panels; h++ { // half panels of 16 lanes
+		dst := w.mini[(h/2)*dim*panelWidth+(h%2)*16:]
+		first := min(16*h, n-1) // any valid address once past n
+		kn.pre.gather(q.atoms, dim, w.union[first:], max(0, min(16, n-16*h)), dst)
 	}
 }

@@ -13,7 +13,7 @@ import (
 func prefilterKernels(t testing.TB) []*kernel {
 	var ks []*kernel
 	for _, kn := range kernels() {
-		if kn.approx != nil {
+		if kn.pre != nil {
 			ks = append(ks, kn)
 		}
 	}
@@ -40,7 +40,7 @@ func checkPrefilter(t *testing.T, kn *kernel, c *scoreCase, seeded int) {
 	var full scratch
 	full.x = c.x
 	plain := *kn
-	plain.approx, plain.sel = nil, nil
+	plain.pre = nil
 	full.argmaxFused(&plain, &c.pack, seeded, c.m)
 	if seeded == 0 || c.m == 0 {
 		return // argmaxFused answers before any kernel runs
@@ -164,7 +164,7 @@ func TestKMeansLearnsAsWithoutPrefilter(t *testing.T) {
 	learn := func(kn *kernel) *KMeans {
 		fused = kn
 		km, _ := newTestKMeans(KMeansSettings{K: k, Dim: 36}, 11)
-		if (km.packed.quant != nil) != (kn.approx != nil) {
+		if (km.packed.quant != nil) != (kn.pre != nil) {
 			t.Fatalf("%s: int8 atoms %v", kn.name, km.packed.quant != nil)
 		}
 		for i := 0; i+1024 <= len(rows)/36; i += 1024 {
@@ -173,7 +173,7 @@ func TestKMeansLearnsAsWithoutPrefilter(t *testing.T) {
 		return km
 	}
 	plain := *ks[0]
-	plain.approx, plain.sel = nil, nil
+	plain.pre = nil
 	want, got := learn(&plain), learn(ks[0])
 	if got.Seeded() != k {
 		t.Fatalf("seeded %d atoms of %d: the prefilter was not used", got.Seeded(), k)
