@@ -93,10 +93,10 @@
 // atoms (or at a threshold) that close; learning and coding use the same
 // kernel, so a row's code does not depend on which of them computed it.
 // The float64 atoms stay the state of record; the float32 copy is derived
-// from them and rebuilt on restore. With AVX-512 VNNI and K ≥ 4096 an
+// from them and rebuilt on restore. With AVX-512 VNNI and K ≥ 2048 an
 // int8 prefilter (prefilter.go) scores every atom approximately, with a
 // bound on its error, and the float32 kernel only the few atoms the bound
-// cannot rule out: the same f_vq codes, bit for bit, 1.2 to 1.6 times
+// cannot rule out: the same f_vq codes, bit for bit, 1.2 to 1.75 times
 // faster.
 //
 // Lloyd (the batch reference) still scores with blas64.Gemm in float64,

@@ -68,7 +68,7 @@ var fused = bestKernel()
 
 // KernelName returns the name of the fused scoring kernel that KMeans uses
 // on this machine: "avx512-vnni" (AVX-512 with the int8 prefilter of
-// prefilter.go for K ≥ 4096), "avx512", "avx2" or "generic".
+// prefilter.go for K ≥ 2048), "avx512", "avx2" or "generic".
 func KernelName() string { return fused.name }
 
 // packedAtoms is the float32 copy of a dictionary laid out for the

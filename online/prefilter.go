@@ -52,13 +52,13 @@ type prefilterOps struct {
 	gather func(atoms []float32, dim int, idx []int32, n int, dst []float32)
 }
 
-// prefilterPanels is the fewest panels of atoms (here 4096 atoms) for
+// prefilterPanels is the fewest panels of atoms (here 2048 atoms) for
 // which the prefilter is used: below it, the float32 kernel alone costs
-// less than the prefilter, the rescoring and the upkeep of the int8 atoms
-// as the learner moves them (`smtd bench kmeans`: at K = 2048 learning
-// and assignment were 30% and 20% slower with it, at 4096 1.2 and 1.35
-// times faster, at 16384 1.5 and 1.6).
-const prefilterPanels = 128
+// about what the prefilter, the rescoring and the upkeep of the int8
+// atoms as the learner moves them cost (`smtd bench kmeans`: at K = 2048
+// assignment 1.1 times faster and learning the same, at 4096 1.4 and 1.2
+// times faster, at 16384 1.75 and 1.55).
+const prefilterPanels = 64
 
 // prefilterSlack covers the rounding of the float32 arithmetic that
 // computes and compares the approximate scores (a relative 2^-24 or two
