@@ -25,7 +25,7 @@ func approxVNNI(x *int8, corr *int32, groups int, pack *uint8, scale *float32, p
 func selectAVX512(s *float32, rows, width int, t *float32, pos *int64, idx *int32)
 
 //go:noescape
-func gatherAVX512(atoms *float32, dim int, idx *int32, n int, dst *float32)
+func gatherAVX512(pack *float32, dim int, idx *int32, n int, dst *float32)
 
 //go:noescape
 func argmaxAVX2(x *float32, blocks, dim int, pack *float32, panels int, max *float32, idx *int32)
@@ -82,16 +82,16 @@ var (
 				}
 				selectAVX512(&s[0], rows, width, &t[0], &pos[0], &idx[0])
 			},
-			gather: func(atoms []float32, dim int, idx []int32, n int, dst []float32) {
+			gather: func(pack []float32, dim int, idx []int32, n int, dst []float32) {
 				if dim < 1 || n < 0 || n > 16 || len(idx) < max(1, n) || len(dst) < (dim-1)*panelWidth+16 {
 					panic("online: prefilter gather: buffers too short")
 				}
 				for _, j := range idx[:n] {
-					if j < 0 || (int(j)+1)*dim > len(atoms) {
+					if j < 0 || panelsFor(int(j)+1)*dim*panelWidth > len(pack) {
 						panic("online: prefilter gather: atom out of range")
 					}
 				}
-				gatherAVX512(&atoms[0], dim, &idx[0], n, &dst[0])
+				gatherAVX512(&pack[0], dim, &idx[0], n, &dst[0])
 			},
 		},
 	}

@@ -667,21 +667,28 @@ selectAVX512_none:
 	VZEROUPPER
 	RET
 
-// func gatherAVX512(atoms *float32, dim int, idx *int32, n int, dst *float32)
+// func gatherAVX512(pack *float32, dim int, idx *int32, n int, dst *float32)
 TEXT ·gatherAVX512(SB), NOSPLIT, $0-40
-	MOVQ atoms+0(FP), SI
+	MOVQ pack+0(FP), SI
 	MOVQ dim+8(FP), DX
 	MOVQ idx+16(FP), DI
 	MOVQ n+24(FP), CX
 	MOVQ dst+32(FP), R8
 
-	// K2: the lanes below n; Z27: their atoms' offsets j·dim
+	// K2: the lanes below n; Z27: their atoms' offsets in the panels, (j/32)·dim·32 + j%32
 	VMOVDQU32 lanes<>+0(SB), Z29
 	VPBROADCASTD CX, Z28
 	VPCMPD $1, Z28, Z29, K2
 	VMOVDQU32.Z (DI), K2, Z27
-	VPBROADCASTD DX, Z30
-	VPMULLD Z30, Z27, Z27
+	MOVQ DX, AX
+	SHLQ $5, AX
+	VPBROADCASTD AX, Z30
+	VPSRLD $5, Z27, Z25
+	VPMULLD Z30, Z25, Z25
+	MOVL $31, AX
+	VPBROADCASTD AX, Z24
+	VPANDD Z24, Z27, Z27
+	VPADDD Z25, Z27, Z27
 	MOVL $0x7fc00000, AX
 	VPBROADCASTD AX, Z31
 gatherAVX512_dim:
@@ -689,7 +696,7 @@ gatherAVX512_dim:
 	VMOVAPS Z31, Z26
 	VGATHERDPS (SI)(Z27*4), K1, Z26
 	VMOVUPS Z26, (R8)
-	ADDQ $4, SI
+	ADDQ $128, SI
 	ADDQ $128, R8
 	DECQ DX
 	JNZ gatherAVX512_dim

@@ -491,25 +491,32 @@ func selectAVX512(a *asm) {
 }
 
 // gatherAVX512 emits the prefilter's gathering of candidates
-// (prefilter.go): up to 16 atoms, the atoms idx[0…n−1] of the row-major
-// float32 atoms (dim apart), written to dst in the layout of half a panel
-// (dimension l of lane a at dst[l·panelWidth + a]); lanes from n on are
-// NaN, which the argmax kernel never chooses.
+// (prefilter.go): up to 16 atoms, the atoms idx[0…n−1] of a packedAtoms,
+// written to dst in the layout of half a panel (dimension l of lane a at
+// dst[l·panelWidth + a]), one VGATHERDPS per dimension; lanes from n on
+// are NaN, which the argmax kernel never chooses.
 func gatherAVX512(a *asm) {
 	name := "gatherAVX512"
-	fmt.Fprintf(a, "\n// func %s(atoms *float32, dim int, idx *int32, n int, dst *float32)\nTEXT ·%s(SB), NOSPLIT, $0-40\n", name, name)
-	a.Op("MOVQ atoms+0(FP), SI")
+	fmt.Fprintf(a, "\n// func %s(pack *float32, dim int, idx *int32, n int, dst *float32)\nTEXT ·%s(SB), NOSPLIT, $0-40\n", name, name)
+	a.Op("MOVQ pack+0(FP), SI")
 	a.Op("MOVQ dim+8(FP), DX")
 	a.Op("MOVQ idx+16(FP), DI")
 	a.Op("MOVQ n+24(FP), CX")
 	a.Op("MOVQ dst+32(FP), R8")
-	a.Comment("K2: the lanes below n; Z27: their atoms' offsets j·dim")
+	a.Comment("K2: the lanes below n; Z27: their atoms' offsets in the panels, (j/32)·dim·32 + j%32")
 	a.Op("VMOVDQU32 lanes<>+0(SB), Z29")
 	a.Op("VPBROADCASTD CX, Z28")
 	a.Op("VPCMPD $1, Z28, Z29, K2")
 	a.Op("VMOVDQU32.Z (DI), K2, Z27")
-	a.Op("VPBROADCASTD DX, Z30")
-	a.Op("VPMULLD Z30, Z27, Z27")
+	a.Op("MOVQ DX, AX")
+	a.Op("SHLQ $5, AX")
+	a.Op("VPBROADCASTD AX, Z30")
+	a.Op("VPSRLD $5, Z27, Z25")
+	a.Op("VPMULLD Z30, Z25, Z25")
+	a.Op("MOVL $31, AX")
+	a.Op("VPBROADCASTD AX, Z24")
+	a.Op("VPANDD Z24, Z27, Z27")
+	a.Op("VPADDD Z25, Z27, Z27")
 	a.Op("MOVL $0x7fc00000, AX")
 	a.Op("VPBROADCASTD AX, Z31")
 	a.Label(name + "_dim")
@@ -517,7 +524,7 @@ func gatherAVX512(a *asm) {
 	a.Op("VMOVAPS Z31, Z26")
 	a.Op("VGATHERDPS (SI)(Z27*4), K1, Z26")
 	a.Op("VMOVUPS Z26, (R8)")
-	a.Op("ADDQ $4, SI")
+	a.Op("ADDQ $%d, SI", panelBytes)
 	a.Op("ADDQ $%d, R8", panelBytes)
 	a.Op("DECQ DX")
 	a.Op("JNZ %s_dim", name)

@@ -134,6 +134,9 @@ func FuzzPrefilter(f *testing.F) {
 func BenchmarkArgmaxMNIST(b *testing.B) {
 	const k, dim, m = 4096, 36, 8192
 	rows, km := learnedMNIST(b, 100, k, 1024, 7)
+	if km.Seeded() != k {
+		b.Fatalf("seeded %d atoms of %d", km.Seeded(), k)
+	}
 	for _, kn := range kernels() {
 		b.Run(kn.name, func(b *testing.B) {
 			var s scratch
@@ -148,7 +151,40 @@ func BenchmarkArgmaxMNIST(b *testing.B) {
 			rate := float64(i*m) / b.Elapsed().Seconds()
 			b.ReportMetric(rate, "rows/s")
 			b.ReportMetric(rate*2*k*dim/1e9, "GFLOP/s")
+			if w := &s.fused.pre; w.blocks > w.fallbacks {
+				b.ReportMetric(float64(w.candidates)/float64(8*(w.blocks-w.fallbacks)), "candidates/row")
+				b.ReportMetric(float64(w.rescored)/float64(w.blocks-w.fallbacks), "rescored/block")
+				b.ReportMetric(float64(w.fallbacks)/float64(w.blocks), "fallback/block")
+			}
 		})
+	}
+}
+
+// TestPrefilterKeepsFewCandidates checks that on whitened MNIST patches
+// against 4096 atoms learned from them the prefilter serves every block
+// and leaves the float32 kernel under 1% of the atoms to score, the
+// saving it exists for (BenchmarkArgmaxMNIST reports the figures).
+func TestPrefilterKeepsFewCandidates(t *testing.T) {
+	if fused.pre == nil {
+		t.Skip("no kernel with a prefilter on this CPU")
+	}
+	const k, m = 4096, 4096
+	rows, km := learnedMNIST(t, 100, k, 1024, 7)
+	if km.packed.quant == nil || km.Seeded() != k {
+		t.Fatalf("int8 atoms %v, seeded %d of %d", km.packed.quant != nil, km.Seeded(), k)
+	}
+	var s scratch
+	s.x = rows[:m*36]
+	s.argmaxFused(fused, &km.packed, k, m)
+	w := &s.fused.pre
+	if w.blocks != m/8 || w.fallbacks != 0 {
+		t.Fatalf("%d blocks, %d scored by the plain kernel; want %d, 0", w.blocks, w.fallbacks, m/8)
+	}
+	if perRow := float64(w.candidates) / m; perRow >= 0.01*k {
+		t.Errorf("%.1f candidates a row, want under 1%% of %d atoms", perRow, k)
+	}
+	if perBlock := float64(w.rescored) / float64(w.blocks); perBlock >= 0.01*k*8 {
+		t.Errorf("%.1f atoms rescored a block of 8 rows, want under 1%% of %d each", perBlock, k)
 	}
 }
 
