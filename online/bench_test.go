@@ -77,13 +77,17 @@ func BenchmarkKMeansCodesGQ(b *testing.B) {
 
 func BenchmarkPatcherMNIST(b *testing.B) {
 	imgs := mnistImages(b, 10)
-	p := Patcher{Grid: PatchGrid{Width: 28, Height: 28, Size: 6}, Mean: MeanContextual, Context: 1}
-	var dst mat.Dense
-	b.ReportAllocs()
-	i := 0
-	for b.Loop() {
-		p.Extract(&dst, imgs[i%len(imgs)])
-		i++
+	for _, d := range []int{1, 3} {
+		b.Run(fmt.Sprintf("d=%d", d), func(b *testing.B) {
+			p := Patcher{Grid: PatchGrid{Width: 28, Height: 28, Size: 6}, Mean: MeanContextual, Context: d}
+			var dst mat.Dense
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				p.Extract(&dst, imgs[i%len(imgs)])
+				i++
+			}
+		})
 	}
 }
 

@@ -172,11 +172,11 @@ func ParseMeanMode(s string) (MeanMode, error) {
 // mode is unknown or d < 1 with MeanContextual (with d = 0 every patch
 // would be its own mean and become zero).
 func RemoveMean(patches *mat.Dense, g PatchGrid, mode MeanMode, d int) {
-	var work []float64
+	var work meanWork
 	removeMean(patches, g, mode, d, &work)
 }
 
-func removeMean(patches *mat.Dense, g PatchGrid, mode MeanMode, d int, work *[]float64) {
+func removeMean(patches *mat.Dense, g PatchGrid, mode MeanMode, d int, work *meanWork) {
 	if r, c := patches.Dims(); r != g.Len() || c != g.Dim() {
 		panic(mat.ErrShape)
 	}
@@ -199,60 +199,124 @@ func removeMean(patches *mat.Dense, g PatchGrid, mode MeanMode, d int, work *[]f
 		if d < 1 {
 			panic(fmt.Sprintf("online: contextual mean range %d < 1", d))
 		}
-		contextualMean(patches.RawMatrix(), g.Rows(), g.Cols(), d, work)
+		contextualMean(patches.RawMatrix(), g, d, work)
 	default:
 		panic(fmt.Sprintf("online: unknown %v", mode))
 	}
 }
 
-// contextualMean subtracts from each row of p (the patches of a rows×cols
-// grid) the mean of the rows within range d, with a separable box filter:
-// first the sums over each horizontal window, then sums of those over each
-// vertical window, O(d·dim) per patch. Prefix sums (a summed-area table)
-// would cost O(dim) per patch whatever d, but their differences leave
-// rounding residues of order 1e-17 where a whole neighbourhood is
-// background; direct sums keep such patches exactly zero, so that
-// NormalizeRows sees them as blank instead of blowing noise up to unit
-// norm.
-func contextualMean(p blas64.General, rows, cols, d int, work *[]float64) {
-	dim := p.Cols
-	n := rows*cols*dim + dim
-	if cap(*work) < n {
-		*work = make([]float64, n)
-	}
-	h := (*work)[:rows*cols*dim] // horizontal window sums
-	acc := (*work)[rows*cols*dim : n]
-	row := func(i, j int) []float64 {
-		return p.Data[(i*cols+j)*p.Stride : (i*cols+j)*p.Stride+dim]
-	}
-	for i := 0; i < rows; i++ {
+// contextualMean subtracts from each row of p (the patches of grid g) the
+// mean of the rows within range d, with a separable box filter: first the
+// sums over each horizontal window, then sums of those over each vertical
+// window. Prefix sums (a summed-area table) would cost O(dim) per patch
+// whatever d, but their differences leave rounding residues of order 1e-17
+// where a whole neighbourhood is background; direct sums keep such patches
+// exactly zero, so that NormalizeRows sees them as blank instead of
+// blowing noise up to unit norm.
+//
+// The sums are taken over image rows rather than patches. Patch rows that
+// overlap hold the same pixels: with stride 1, patch (i, j)'s row dy is
+// image row i+dy, shared by Size patch rows. So the horizontal window sums
+// are formed once per image row (h), and the vertical sums once per run
+// of image rows (v): about 5 times fewer additions than summing patch by
+// patch for 6×6 patches with d = 3. Every sum adds the same values in the
+// same order as the patch-by-patch filter, so the result is the same to
+// the last bit.
+func contextualMean(p blas64.General, g PatchGrid, d int, work *meanWork) {
+	rows, cols, st := g.Rows(), g.Cols(), g.stride()
+	size := g.Size
+	run := size * g.channels() // one row of a patch: (dx, c)
+	line := cols * run         // one image row's window sums, every j
+	height := (rows-1)*st + size
+
+	work.h = grow(work.h, height*line)
+	h := work.h
+	// Horizontal sums of image row y, for each grid column j: the run of
+	// row y of the patches j1..j2, read from a patch whose row dy is y.
+	for y := 0; y < height; y++ {
+		i := min(y/st, rows-1)
+		dy := y - i*st
+		if dy >= size {
+			continue // a gap between patches (stride > size)
+		}
+		seg := func(m int) []float64 {
+			off := (i*cols+m)*p.Stride + dy*run
+			return p.Data[off : off+run]
+		}
 		for j := 0; j < cols; j++ {
-			out := h[(i*cols+j)*dim : (i*cols+j+1)*dim]
-			copy(out, row(i, max(0, j-d)))
-			for m := max(0, j-d) + 1; m <= min(cols-1, j+d); m++ {
-				for k, v := range row(i, m) {
+			out := h[y*line+j*run : y*line+(j+1)*run]
+			j1, j2 := max(0, j-d), min(cols-1, j+d)
+			copy(out, seg(j1))
+			for m := j1 + 1; m <= j2; m++ {
+				for k, v := range seg(m) {
 					out[k] += v
 				}
 			}
 		}
 	}
+
+	// Vertical sums over the image rows s, s+st, …, s+(n−1)·st: the sum
+	// of n rows extends the one of n−1 with the same start in the same
+	// order, so each start's sums are one chain. longest[s] is the
+	// longest run any patch row needs; the chains are laid out one after
+	// another in v, start[s] the offset of s's.
+	work.slot = grow(work.slot, 2*height)
+	longest, start := work.slot[:height], work.slot[height:]
+	clear(longest)
 	for i := 0; i < rows; i++ {
 		i1, i2 := max(0, i-d), min(rows-1, i+d)
-		for j := 0; j < cols; j++ {
-			j1, j2 := max(0, j-d), min(cols-1, j+d)
-			inv := 1 / float64((i2-i1+1)*(j2-j1+1))
-			copy(acc, h[(i1*cols+j)*dim:(i1*cols+j+1)*dim])
-			for l := i1 + 1; l <= i2; l++ {
-				for k, v := range h[(l*cols+j)*dim : (l*cols+j+1)*dim] {
-					acc[k] += v
-				}
+		for dy := 0; dy < size; dy++ {
+			s := i1*st + dy
+			longest[s] = max(longest[s], i2-i1+1)
+		}
+	}
+	n := 0
+	for s, l := range longest {
+		start[s] = n
+		n += l * line
+	}
+	work.v = grow(work.v, n)
+	v := work.v
+	for s, l := range longest {
+		if l == 0 {
+			continue
+		}
+		prev := v[start[s]:][:line]
+		copy(prev, h[s*line:(s+1)*line])
+		for r := 1; r < l; r++ {
+			out := v[start[s]+r*line:][:line]
+			for k, x := range h[(s+r*st)*line:][:line] {
+				out[k] = prev[k] + x
 			}
-			x := row(i, j)
-			for k := range x {
-				x[k] -= acc[k] * inv
+			prev = out
+		}
+	}
+	work.inv = grow(work.inv, cols)
+	inv := work.inv
+	for i := 0; i < rows; i++ {
+		i1, i2 := max(0, i-d), min(rows-1, i+d)
+		for j := range inv {
+			j1, j2 := max(0, j-d), min(cols-1, j+d)
+			inv[j] = 1 / float64((i2-i1+1)*(j2-j1+1))
+		}
+		for dy := 0; dy < size; dy++ {
+			s := i1*st + dy
+			acc := v[start[s]+(i2-i1)*line:][:line]
+			for j, w := range inv {
+				off := (i*cols+j)*p.Stride + dy*run
+				x := p.Data[off : off+run]
+				for k, a := range acc[j*run : (j+1)*run] {
+					x[k] -= a * w
+				}
 			}
 		}
 	}
+}
+
+// meanWork is the workspace of contextualMean.
+type meanWork struct {
+	h, v, inv []float64
+	slot      []int
 }
 
 // Patcher extracts and centres the patches of images of one shape,
@@ -267,7 +331,7 @@ type Patcher struct {
 	// Context is the range d of MeanContextual.
 	Context int
 
-	work []float64
+	work meanWork
 }
 
 // Extract writes the centred patches of img into dst, which must be

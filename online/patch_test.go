@@ -152,6 +152,80 @@ func TestRemoveMeanContextualMatchesNaive(t *testing.T) {
 	}
 }
 
+// separableContextual is the contextual mean summed patch by patch: the
+// horizontal window sums of each patch, then the vertical sums of those.
+// contextualMean sums over image rows instead and must add the same
+// values in the same order.
+func separableContextual(p *mat.Dense, g PatchGrid, d int) {
+	raw := p.RawMatrix()
+	rows, cols, dim := g.Rows(), g.Cols(), g.Dim()
+	row := func(i, j int) []float64 { return raw.Data[(i*cols+j)*raw.Stride:][:dim] }
+	h := make([]float64, rows*cols*dim)
+	for i := 0; i < rows; i++ {
+		for j := 0; j < cols; j++ {
+			out := h[(i*cols+j)*dim:][:dim]
+			copy(out, row(i, max(0, j-d)))
+			for m := max(0, j-d) + 1; m <= min(cols-1, j+d); m++ {
+				for k, v := range row(i, m) {
+					out[k] += v
+				}
+			}
+		}
+	}
+	acc := make([]float64, dim)
+	for i := 0; i < rows; i++ {
+		i1, i2 := max(0, i-d), min(rows-1, i+d)
+		for j := 0; j < cols; j++ {
+			j1, j2 := max(0, j-d), min(cols-1, j+d)
+			inv := 1 / float64((i2-i1+1)*(j2-j1+1))
+			copy(acc, h[(i1*cols+j)*dim:][:dim])
+			for l := i1 + 1; l <= i2; l++ {
+				for k, v := range h[(l*cols+j)*dim:][:dim] {
+					acc[k] += v
+				}
+			}
+			for k, x := range row(i, j) {
+				row(i, j)[k] = x - acc[k]*inv
+			}
+		}
+	}
+}
+
+// The contextual mean over image rows is bit for bit the one summed
+// patch by patch, so models learned before and after agree exactly.
+func TestRemoveMeanContextualSumsInOrder(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, tc := range []struct {
+		g PatchGrid
+		d int
+	}{
+		{PatchGrid{Width: 28, Height: 28, Size: 6}, 1},
+		{PatchGrid{Width: 28, Height: 28, Size: 6}, 2},
+		{PatchGrid{Width: 28, Height: 28, Size: 6}, 3},
+		{PatchGrid{Width: 28, Height: 28, Size: 6}, 30},
+		{PatchGrid{Width: 9, Height: 7, Channels: 3, Size: 3}, 2},
+		{PatchGrid{Width: 12, Height: 10, Size: 4, Stride: 2}, 1},
+		{PatchGrid{Width: 17, Height: 13, Size: 3, Stride: 5}, 2}, // gaps between patches
+		{PatchGrid{Width: 5, Height: 5, Size: 5}, 1},              // one patch
+	} {
+		img := make([]float64, tc.g.Pixels())
+		for i := range img {
+			img[i] = rng.Float64()
+		}
+		var got, want mat.Dense
+		ExtractPatches(&got, img, tc.g)
+		ExtractPatches(&want, img, tc.g)
+		separableContextual(&want, tc.g, tc.d)
+		pt := Patcher{Grid: tc.g, Mean: MeanContextual, Context: tc.d}
+		for range 2 { // the second time on a reused workspace
+			pt.Extract(&got, img)
+			if !mat.Equal(&got, &want) {
+				t.Fatalf("%+v d=%d: contextual mean differs from the patch-by-patch sums", tc.g, tc.d)
+			}
+		}
+	}
+}
+
 func TestRemoveMeanContextualKeepsBlankZero(t *testing.T) {
 	// A stroke in one corner: patches whose whole neighbourhood is
 	// background must stay exactly zero (no rounding residue).
