@@ -23,6 +23,54 @@ func prefilterKernels(t testing.TB) []*kernel {
 	return ks
 }
 
+// The selection kernel keeps, in increasing order, exactly the columns
+// whose score is at least the row's threshold, never a NaN, for widths
+// that are and are not multiples of its 64-score stride, with candidates
+// sparse (its fast path skips 64 at a time) and dense.
+func TestPrefilterSelect(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, kn := range prefilterKernels(t) {
+		for _, width := range []int{16, 32, 48, 64, 80, 112, 128, 208, 4096} {
+			for _, keep := range []float64{0, 0.002, 0.05, 0.5, 1} {
+				const rows = 3
+				s := make([]float32, rows*width)
+				th := make([]float32, rows)
+				var want [rows][]int32
+				for r := range rows {
+					th[r] = float32(rng.NormFloat64())
+					for c := range width {
+						v := th[r] - 1 - float32(rng.Float64())
+						switch u := rng.Float64(); {
+						case u < keep/2:
+							v = th[r] // exactly at the threshold
+						case u < keep:
+							v = th[r] + float32(rng.Float64())
+						case u < keep+0.01:
+							v = float32(math.NaN())
+						}
+						s[r*width+c] = v
+						if v >= th[r] {
+							want[r] = append(want[r], int32(c))
+						}
+					}
+				}
+				idx := make([]int32, rows*(width+16))
+				pos := make([]int64, rows)
+				for r := range rows {
+					pos[r] = int64(r * (width + 16))
+				}
+				kn.pre.sel(s, rows, width, th, pos, idx)
+				for r := range rows {
+					from := int64(r * (width + 16))
+					if got := idx[from:pos[r]]; !slices.Equal(got, want[r]) {
+						t.Fatalf("%s width %d keep %v row %d: selected %v, want %v", kn.name, width, keep, r, got, want[r])
+					}
+				}
+			}
+		}
+	}
+}
+
 // withQuant gives c's atoms the int8 copy whatever their number.
 func withQuant(c *scoreCase) *scoreCase {
 	c.pack.quant = newQuantAtoms(c.k, c.dim)
