@@ -464,6 +464,15 @@ func selectAVX512(a *asm) {
 	a.Op("VPBROADCASTD AX, Z31")
 	a.Op("MOVL $64, AX")
 	a.Op("VPBROADCASTD AX, Z30")
+	// keep appends to idx the column numbers in Z<lanes> that mask K<k>
+	// selects and advances CX past them.
+	keep := func(k, lanes int) {
+		a.Op("VPCOMPRESSD Z%d, K%d, Z26", lanes, k)
+		a.Op("VMOVDQU32 Z26, (DI)(CX*4)")
+		a.Op("KMOVW K%d, AX", k)
+		a.Op("POPCNTL AX, AX")
+		a.Op("ADDQ AX, CX")
+	}
 	a.Label(name + "_row")
 	a.Op("VBROADCASTSS (R8), Z28")
 	a.Op("VMOVDQU32 lanes<>+0(SB), Z27")
@@ -485,11 +494,7 @@ func selectAVX512(a *asm) {
 		if q > 0 {
 			a.Op("VPADDD Z31, Z25, Z25")
 		}
-		a.Op("VPCOMPRESSD Z25, K%d, Z26", q+1)
-		a.Op("VMOVDQU32 Z26, (DI)(CX*4)")
-		a.Op("KMOVW K%d, AX", q+1)
-		a.Op("POPCNTL AX, AX")
-		a.Op("ADDQ AX, CX")
+		keep(q+1, 25)
 	}
 	a.Label(name + "_quadnone")
 	a.Op("VPADDD Z30, Z27, Z27")
@@ -503,11 +508,7 @@ func selectAVX512(a *asm) {
 	a.Op("VCMPPS $0x12, (SI), Z28, K1")
 	a.Op("KORTESTW K1, K1")
 	a.Op("JZ %s_none", name)
-	a.Op("VPCOMPRESSD Z27, K1, Z26")
-	a.Op("VMOVDQU32 Z26, (DI)(CX*4)")
-	a.Op("KMOVW K1, AX")
-	a.Op("POPCNTL AX, AX")
-	a.Op("ADDQ AX, CX")
+	keep(1, 27)
 	a.Label(name + "_none")
 	a.Op("VPADDD Z31, Z27, Z27")
 	a.Op("ADDQ $64, SI")
