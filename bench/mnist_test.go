@@ -1,0 +1,82 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// writeDigits writes n synthetic 28×28 "digits" of split as MNIST IDX
+// files into dir: class 0 a vertical bar, class 1 a horizontal one, at
+// random positions over noise.
+func writeDigits(t *testing.T, dir, split string, n int, rng *rand.Rand) {
+	t.Helper()
+	var img, lab bytes.Buffer
+	binary.Write(&img, binary.BigEndian, []uint32{2051, uint32(n), 28, 28})
+	binary.Write(&lab, binary.BigEndian, []uint32{2049, uint32(n)})
+	for range n {
+		class := rng.IntN(2)
+		pix := make([]byte, 28*28)
+		for i := range pix {
+			pix[i] = byte(rng.IntN(20))
+		}
+		at := 6 + rng.IntN(16)
+		for a := 4; a < 24; a++ {
+			for w := range 3 {
+				if class == 0 {
+					pix[a*28+at+w] = 255
+				} else {
+					pix[(at+w)*28+a] = 255
+				}
+			}
+		}
+		img.Write(pix)
+		lab.WriteByte(byte(class))
+	}
+	for name, b := range map[string][]byte{split + "-images-idx3-ubyte": img.Bytes(), split + "-labels-idx1-ubyte": lab.Bytes()} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// bench mnist streams as many passes as asked, reports the atoms k-means
+// re-seeded, and refuses a pass count below one.
+func TestMNISTPassesAndReseeds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("streams digits through a daemon")
+	}
+	dir := t.TempDir()
+	rng := rand.New(rand.NewPCG(7, 8))
+	writeDigits(t, dir, "train", 96, rng)
+	writeDigits(t, dir, "t10k", 32, rng)
+	var out bytes.Buffer
+	args := []string{"-mnist", dir, "-k", "16", "-dim", "4", "-batch", "8", "-passes", "3"}
+	if err := MNIST(context.Background(), &out, args); err != nil {
+		t.Fatal(err)
+	}
+	lines := map[string]string{}
+	for _, l := range strings.Split(out.String(), "\n") {
+		if k, v, ok := strings.Cut(l, ": "); ok {
+			lines[k] = v
+		}
+	}
+	if lines["passes"] != "3" {
+		t.Errorf("passes: %q, want 3", lines["passes"])
+	}
+	if n, err := strconv.Atoi(lines["atoms_reseeded"]); err != nil || n < 0 {
+		t.Errorf("atoms_reseeded: %q, want a count", lines["atoms_reseeded"])
+	}
+	if top1, err := strconv.ParseFloat(lines["top1"], 64); err != nil || top1 < 90 {
+		t.Errorf("top1: %q, want bars told apart (≥ 90%%)", lines["top1"])
+	}
+	if err := MNIST(context.Background(), &out, []string{"-mnist", dir, "-passes", "0"}); err == nil {
+		t.Error("-passes 0 was accepted")
+	}
+}
