@@ -19,7 +19,7 @@ func aboveAVX512(x *float32, blocks, dim int, pack *float32, panels int, t float
 func firstMaxAVX512(max *float32, idx *int32, rows int, best *int32, cos *float32)
 
 //go:noescape
-func approxVNNI(x *int8, corr *int32, groups int, pack *uint8, scale *float32, panels int, s *float32, width int, top *float32)
+func approxVNNI(x *int8, bias *int32, groups int, pack *uint8, scale *float32, panels int, s *float32, width int, top *float32)
 
 //go:noescape
 func selectAVX512(s *float32, rows, width int, t *float32, pos *int64, idx *int32)
@@ -61,14 +61,14 @@ var (
 		above:  avx512Kernel.above,
 		reduce: avx512Kernel.reduce,
 		pre: &prefilterOps{
-			approx: func(x []int8, corr []int32, groups int, pack []uint8, scale []float32, panels int, s []float32, width int, top []float32) {
+			approx: func(x []int8, bias []int32, groups int, pack []uint8, scale []float32, panels int, s []float32, width int, top []float32) {
 				const rows = prefilterRows
-				if groups < 1 || panels < 1 || width < panels*panelWidth || len(x) < rows*groups*4 || len(corr) < rows ||
+				if groups < 1 || panels < 1 || width < panels*panelWidth || len(x) < rows*groups*4 || len(bias) < rows ||
 					len(pack) < panels*groups*4*panelWidth || len(scale) < panels*panelWidth ||
 					len(s) < (rows-1)*width+panels*panelWidth || len(top) < rows*16 {
 					panic("online: prefilter: buffers too short")
 				}
-				approxVNNI(&x[0], &corr[0], groups, &pack[0], &scale[0], panels, &s[0], width, &top[0])
+				approxVNNI(&x[0], &bias[0], groups, &pack[0], &scale[0], panels, &s[0], width, &top[0])
 			},
 			sel: func(s []float32, rows, width int, t []float32, pos []int64, idx []int32) {
 				if rows < 1 || width < 16 || width%16 != 0 || len(s) < rows*width || len(t) < rows || len(pos) < rows {

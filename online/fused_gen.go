@@ -366,12 +366,13 @@ func firstMaxAVX512(a *asm) {
 // biased uint8 coordinates (q + 128), 16 accumulators of dword dot
 // products take four coordinates per VPDPBUSD,
 //
-//	acc[r][a] = Σ_g Σ_{k<4} u[a][4g+k] · x[r][4g+k]        (int32, exact)
+//	acc[r][a] = bias[r] + Σ_g Σ_{k<4} u[a][4g+k] · x[r][4g+k]   (int32, exact)
 //
-// then the row's bias 128·Σ x[r] is taken off, and the result converted
-// to float32, scaled by the atom's scale and stored:
+// starting from the row's bias −128·Σ x[r], which takes the 128 of the
+// atoms' coordinates off; the result is converted to float32, scaled by
+// the atom's scale and stored:
 //
-//	s[r·width + 32p + a] = float32(acc[r][a] − corr[r]) · scale[32p + a]
+//	s[r·width + 32p + a] = float32(acc[r][a]) · scale[32p + a]
 //
 // Each row also keeps a running maximum per lane (a NaN score is
 // skipped), stored to top[16r…] at the end. The rows are stored one group
@@ -381,9 +382,9 @@ func firstMaxAVX512(a *asm) {
 func approxVNNI(a *asm) {
 	const rows = 8
 	name := "approxVNNI"
-	fmt.Fprintf(a, "\n// func %s(x *int8, corr *int32, groups int, pack *uint8, scale *float32, panels int, s *float32, width int, top *float32)\nTEXT ·%s(SB), NOSPLIT, $0-72\n", name, name)
+	fmt.Fprintf(a, "\n// func %s(x *int8, bias *int32, groups int, pack *uint8, scale *float32, panels int, s *float32, width int, top *float32)\nTEXT ·%s(SB), NOSPLIT, $0-72\n", name, name)
 	a.Op("MOVQ x+0(FP), SI")
-	a.Op("MOVQ corr+8(FP), DI")
+	a.Op("MOVQ bias+8(FP), DI")
 	a.Op("MOVQ groups+16(FP), DX")
 	a.Op("MOVQ pack+24(FP), R12")
 	a.Op("MOVQ scale+32(FP), R8")
@@ -397,9 +398,10 @@ func approxVNNI(a *asm) {
 	}
 	a.Op("XORQ R11, R11")
 	a.Label(name + "_panel")
-	a.Comment("acc = 0")
-	for i := 0; i < 2*rows; i++ {
-		a.Op("VPXORD Z%d, Z%d, Z%d", i, i, i)
+	a.Comment("acc = the row's bias")
+	for r := 0; r < rows; r++ {
+		a.Op("VPBROADCASTD %d(DI), Z%d", 4*r, 2*r)
+		a.Op("VMOVDQA32 Z%d, Z%d", 2*r, 2*r+1)
 	}
 	a.Op("MOVQ SI, R13")
 	a.Op("MOVQ R12, AX")
@@ -417,7 +419,7 @@ func approxVNNI(a *asm) {
 	a.Op("DECQ BX")
 	a.Op("JNZ %s_group", name)
 	a.Op("MOVQ AX, R12")
-	a.Comment("take off the bias, scale, keep the maxima (a NaN in the first source gives the second), store")
+	a.Comment("scale, keep the maxima (a NaN in the first source gives the second), store")
 	a.Op("MOVQ R11, CX")
 	a.Op("SHLQ $7, CX")
 	a.Op("VMOVUPS (R8)(CX*1), Z16")
@@ -426,7 +428,6 @@ func approxVNNI(a *asm) {
 	for r := 0; r < rows; r++ {
 		for q := 0; q < 2; q++ {
 			acc := 2*r + q
-			a.Op("VPSUBD.BCST %d(DI), Z%d, Z%d", 4*r, acc, acc)
 			a.Op("VCVTDQ2PS Z%d, Z%d", acc, acc)
 			a.Op("VMULPS Z%d, Z%d, Z%d", 16+q, acc, acc)
 			a.Op("VMAXPS Z%d, Z%d, Z%d", 18+r, acc, 18+r)

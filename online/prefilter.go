@@ -43,7 +43,7 @@ type prefilterOps struct {
 	// approx writes the approximate scores of one block of 8 quantized
 	// rows against the panels of a quantAtoms to s, rows width floats
 	// apart, and each row's largest per lane to top[16r…].
-	approx func(x []int8, corr []int32, groups int, pack []uint8, scale []float32, panels int, s []float32, width int, top []float32)
+	approx func(x []int8, bias []int32, groups int, pack []uint8, scale []float32, panels int, s []float32, width int, top []float32)
 	// sel writes, for each row of s, the columns with score ≥ t[r] to idx
 	// from pos[r] on, in increasing order.
 	sel func(s []float32, rows, width int, t []float32, pos []int64, idx []int32)
@@ -169,7 +169,7 @@ const prefilterRows = 8
 // prefilterScratch is the prefilter's workspace, in fusedScratch.
 type prefilterScratch struct {
 	xq     []int8    // one block of rows, quantized
-	corr   []int32   // 128·Σ q_x of each row of the block
+	bias   []int32   // −128·Σ q_x of each row of the block
 	margin []float32 // 2(e_x + τ) + slack over s_x, per row
 	s      []float32 // approximate scores of the block, rows × width
 	top    []float32 // each row's largest approximate score, per lane
@@ -203,7 +203,7 @@ func (s *scratch) argmaxPrefiltered(kn *kernel, pack *packedAtoms, seeded, m int
 	width := panels * panelWidth
 	capacity := width + panelWidth/2
 	w.xq = grow(w.xq, rows*groups*4)
-	w.corr = grow(w.corr, rows)
+	w.bias = grow(w.bias, rows)
 	w.margin = grow(w.margin, rows)
 	w.pos = grow(w.pos, rows)
 	w.cand = grow(w.cand, rows*capacity)
@@ -224,7 +224,7 @@ func (s *scratch) argmaxPrefiltered(kn *kernel, pack *packedAtoms, seeded, m int
 			for r := range rows {
 				w.pos[r] = int64(r * capacity)
 			}
-			kn.pre.approx(w.xq, w.corr, groups, q.data, q.scale, panels, w.s, width, w.top)
+			kn.pre.approx(w.xq, w.bias, groups, q.data, q.scale, panels, w.s, width, w.top)
 			ok = w.thresholds(n)
 			if ok {
 				kn.pre.sel(w.s, n, width, w.t, w.pos, w.cand)
@@ -303,7 +303,7 @@ func (w *prefilterScratch) quantize(blk []float32, n, dim int, errMax, normMax, 
 	}
 	rootDim := math.Sqrt(float64(dim))
 	for r := range rows {
-		w.corr[r] = 128 * sum[r]
+		w.bias[r] = -128 * sum[r]
 		if r >= n {
 			w.margin[r] = 0
 			continue
