@@ -47,6 +47,8 @@ func MNIST(ctx context.Context, w io.Writer, args []string) error {
 	mean := fs.Int("mean-context", 3, "range d of the contextual mean")
 	lambda := fs.Float64("lambda", 0.1, "whitening λ")
 	smtMemory := fs.Float64("smt-memory", config.DefaultPipeline(config.Image, "").SMT.Memory, "patches the SMT statistics average over (0: never forget)")
+	smtRate := fs.Float64("smt-rate", config.DefaultPipeline(config.Image, "").SMT.LearningRate, "SMT SGD rate η (smt.learning_rate)")
+	smtDecay := fs.Float64("smt-decay", config.DefaultPipeline(config.Image, "").SMT.Decay, "SMT SGD rate decay per step (smt.decay)")
 	kmDecay := fs.Float64("kmeans-decay", 0, "k-means rate decay per batch (anneals the dictionary)")
 	kmMemory := fs.Float64("kmeans-memory", config.DefaultPipeline(config.Image, "").KMeans.Memory, "assigned patches an atom of average use averages over (inf: never forget)")
 	raw := fs.Bool("raw", false, "also report soft-KNN on raw pixels")
@@ -82,6 +84,7 @@ func MNIST(ctx context.Context, w io.Writer, args []string) error {
 	p.KMeans.Decay = *kmDecay
 	p.KMeans.Memory = *kmMemory
 	p.SMT.Memory = *smtMemory
+	p.SMT.LearningRate, p.SMT.Decay = *smtRate, *smtDecay
 	p.SMT.Dim, p.SMT.Context, p.SMT.Solver, p.SMT.Blank, p.SMT.Drop = *dim, *ctxRange, *solver, *blank, *drop
 	if p.SMT.NonRedundant = *nonRedundant; *nonRedundant {
 		p.SMT.Solver = config.SolverClosed
@@ -166,6 +169,8 @@ func MNIST(ctx context.Context, w io.Writer, args []string) error {
 	line("blank", *blank)
 	line("kmeans_memory", *kmMemory)
 	line("smt_memory", *smtMemory)
+	line("smt_rate", *smtRate)
+	line("smt_decay", *smtDecay)
 	line("mean_context", *mean)
 	line("lambda", *lambda)
 	line("kmeans_decay", *kmDecay)
