@@ -452,6 +452,18 @@ func TestDeployFiles(t *testing.T) {
 		if len(opts.Routes) != 3 || opts.Cluster.Name != "smtd" || opts.StoreDir == "" {
 			t.Errorf("nats-%d.conf: routes %v, cluster %q, store %q", i, opts.Routes, opts.Cluster.Name, opts.StoreDir)
 		}
+		// A frozen daemon keeps its share of the queries until its server
+		// drops it (TestFrozenDaemonLeavesQueries).
+		interval, pings := opts.PingInterval, opts.MaxPingsOut
+		if interval == 0 {
+			interval = server.DEFAULT_PING_INTERVAL
+		}
+		if pings == 0 {
+			pings = server.DEFAULT_PING_MAX_OUT
+		}
+		if stale := interval * time.Duration(pings); stale > 15*time.Second {
+			t.Errorf("nats-%d.conf: an unresponsive client is dropped after %v (ping_interval × ping_max); want at most 15s", i, stale)
+		}
 		clientURLs = append(clientURLs, fmt.Sprintf("nats://%s:%d", opts.Host, opts.Port))
 	}
 	names := map[string]bool{}
@@ -507,13 +519,7 @@ func TestStandbyServesNewestCheckpoint(t *testing.T) {
 		return owner != nil && standby != nil
 	})
 	answeredBy := map[string]int{}
-	req := nats.NewMsg(daemons["a"].fixed.EmbedSubject("kid"))
-	req.Header.Set(HeaderShape, "28,28")
-	req.Header.Set(HeaderDtype, "uint8")
-	req.Data = make([]byte, 28*28)
-	for i := range req.Data {
-		req.Data[i] = byte(i % 251)
-	}
+	req := digitRequest(daemons["a"].fixed.EmbedSubject("kid"))
 	for range 40 {
 		m, err := nc.RequestMsg(req, 5*time.Second)
 		if err != nil {
@@ -531,6 +537,18 @@ func TestStandbyServesNewestCheckpoint(t *testing.T) {
 	if standby.Status().Pipelines[0].Owner != owner.cluster.self.Name {
 		t.Errorf("the standby's status names owner %q, want %q", standby.Status().Pipelines[0].Owner, owner.cluster.self.Name)
 	}
+}
+
+// digitRequest is an embed request of one 28×28 uint8 image to subject.
+func digitRequest(subject string) *nats.Msg {
+	req := nats.NewMsg(subject)
+	req.Header.Set(HeaderShape, "28,28")
+	req.Header.Set(HeaderDtype, "uint8")
+	req.Data = make([]byte, 28*28)
+	for i := range req.Data {
+		req.Data[i] = byte(i % 251)
+	}
+	return req
 }
 
 // Rendezvous hashing spreads pipelines over daemons whose names differ

@@ -3,12 +3,19 @@
 package daemon
 
 import (
+	"bytes"
+	"fmt"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/smtd/smtd/config"
 )
 
 // Fencing: an owner frozen with SIGSTOP past its lease's TTL loses the
@@ -77,4 +84,106 @@ func TestFencingFrozenOwner(t *testing.T) {
 	if c := got.Counters; c.Received != int64(n) || c.Learned != int64(n) {
 		t.Errorf("counters %+v: want every one of %d messages received and learned once", c, n)
 	}
+}
+
+// A daemon frozen with SIGSTOP keeps its queue subscriptions, and so its
+// share of the embed requests, until the NATS server drops its connection
+// after ping_interval × ping_max without an answer (deploy/ sets 5 s × 2;
+// the server's default is 2 min × 2). From then on the other daemon
+// answers every request; resumed, the frozen one reconnects and answers
+// again.
+func TestFrozenDaemonLeavesQueries(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs daemon processes")
+	}
+	const ping, pings = time.Second, 2
+	ns := startNATS(t, func(o *server.Options) { o.PingInterval, o.MaxPingsOut = ping, pings })
+	nc := connect(t, ns.ClientURL())
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := clusterPipeline("kid", "frozen.kid")
+	cfgs := map[string]*config.Config{}
+	daemons := map[string]*childDaemon{}
+	for _, name := range []string{"a", "b"} {
+		cfgs[name] = clusterConfig(t, ns.ClientURL(), name, 1, p)
+		daemons[name] = newChildDaemon(t, name, cfgs[name])
+	}
+	waitFor(t, time.Minute, "an owner and its input stream", func() bool {
+		st, _ := clusterPipelineStatus(nc, "cl", "kid")
+		return st.Owner != "" && streamReachable(js, p.Input.Subject)
+	})
+	finalCheckpoint(t, nc, js, "kid", replayFile(t, nc, "mnist-train-1000.smtdrec", "frozen.kid"))
+	req := digitRequest(cfgs["a"].EmbedSubject("kid"))
+	ask := func(timeout time.Duration) (by string, ok bool) {
+		m, err := nc.RequestMsg(req, timeout)
+		if err != nil || m.Header.Get(micro.ErrorHeader) != "" {
+			return "", false
+		}
+		return m.Header.Get(HeaderDaemon), true
+	}
+	waitFor(t, time.Minute, "both daemons answering", func() bool {
+		seen := map[string]bool{}
+		for range 20 {
+			if by, ok := ask(time.Second); ok {
+				seen[by] = true
+			}
+		}
+		return len(seen) == 2
+	})
+	st, _ := clusterPipelineStatus(nc, "cl", "kid")
+	frozen := daemons["a"]
+	if st.Owner == "a" {
+		frozen = daemons["b"] // the standby: only its queries move
+	}
+
+	frozen.signal(t, syscall.SIGSTOP)
+	frozen.waitStopped(t)
+	froze := time.Now()
+	const run = 50 // answers in a row that say the frozen daemon is out
+	deadline := froze.Add(ping*(pings+1) + 10*time.Second)
+	var lost, answered, total int
+	var lastLost time.Duration
+	for answered < run && time.Now().Before(deadline) {
+		by, ok := ask(250 * time.Millisecond)
+		switch {
+		case !ok:
+			lost++
+			lastLost, answered = time.Since(froze), 0
+		case by == frozen.name:
+			t.Fatalf("the frozen daemon %s answered", by)
+		default:
+			answered++
+			total++
+		}
+	}
+	if answered < run {
+		t.Fatalf("%v after the freeze, %d requests still lost (%d answered): the server keeps the frozen daemon's subscriptions", time.Since(froze).Round(time.Millisecond), lost, total)
+	}
+	t.Logf("%d requests lost, the last %v after the freeze; %d answered", lost, lastLost.Round(time.Millisecond), total)
+
+	frozen.signal(t, syscall.SIGCONT)
+	waitFor(t, time.Minute, "the resumed daemon answering", func() bool {
+		by, ok := ask(time.Second)
+		return ok && by == frozen.name
+	})
+}
+
+// waitStopped waits until the child has stopped after a SIGSTOP, which
+// takes effect asynchronously: until its state in /proc is T, or, where
+// there is no /proc, for 100 ms.
+func (c *childDaemon) waitStopped(t testing.TB) {
+	t.Helper()
+	stat := fmt.Sprintf("/proc/%d/stat", c.cmd.Process.Pid)
+	if _, err := os.Stat(stat); err != nil {
+		time.Sleep(100 * time.Millisecond)
+		return
+	}
+	waitFor(t, 10*time.Second, c.name+" stopped", func() bool {
+		b, err := os.ReadFile(stat)
+		// pid (comm) state …; comm may hold spaces and parentheses.
+		i := bytes.LastIndexByte(b, ')')
+		return err == nil && i >= 0 && bytes.HasPrefix(b[i+1:], []byte(" T"))
+	})
 }
