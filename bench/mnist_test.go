@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -56,17 +57,7 @@ func TestMNISTPassesAndReseeds(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	writeDigits(t, dir, "train", 96, rng)
 	writeDigits(t, dir, "t10k", 32, rng)
-	var out bytes.Buffer
-	args := []string{"-mnist", dir, "-k", "16", "-dim", "4", "-batch", "8", "-passes", "3"}
-	if err := MNIST(context.Background(), &out, args); err != nil {
-		t.Fatal(err)
-	}
-	lines := map[string]string{}
-	for _, l := range strings.Split(out.String(), "\n") {
-		if k, v, ok := strings.Cut(l, ": "); ok {
-			lines[k] = v
-		}
-	}
+	lines := runMNIST(t, "-mnist", dir, "-k", "16", "-dim", "4", "-batch", "8", "-passes", "3")
 	if lines["passes"] != "3" {
 		t.Errorf("passes: %q, want 3", lines["passes"])
 	}
@@ -76,7 +67,51 @@ func TestMNISTPassesAndReseeds(t *testing.T) {
 	if top1, err := strconv.ParseFloat(lines["top1"], 64); err != nil || top1 < 90 {
 		t.Errorf("top1: %q, want bars told apart (≥ 90%%)", lines["top1"])
 	}
-	if err := MNIST(context.Background(), &out, []string{"-mnist", dir, "-passes", "0"}); err == nil {
+	if err := MNIST(context.Background(), io.Discard, []string{"-mnist", dir, "-passes", "0"}); err == nil {
 		t.Error("-passes 0 was accepted")
 	}
+}
+
+// bench mnist -validation trains on the training set but its last N
+// images and scores on those, and the SMT step's rate and decay reach
+// the pipeline (a rate out of range is refused by its config).
+func TestMNISTValidationSplit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("streams digits through a daemon")
+	}
+	dir := t.TempDir()
+	rng := rand.New(rand.NewPCG(9, 10))
+	writeDigits(t, dir, "train", 96, rng)
+	writeDigits(t, dir, "t10k", 8, rng)
+	lines := runMNIST(t, "-mnist", dir, "-k", "16", "-dim", "4", "-batch", "8", "-validation", "24", "-smt-rate", "0.05", "-smt-decay", "0")
+	want := map[string]string{"validation": "true", "train_images": "72", "test_images": "24", "smt_rate": "0.05", "smt_decay": "0"}
+	for k, v := range want {
+		if lines[k] != v {
+			t.Errorf("%s: %q, want %q", k, lines[k], v)
+		}
+	}
+	if top1, err := strconv.ParseFloat(lines["top1"], 64); err != nil || top1 < 90 {
+		t.Errorf("top1: %q, want the held-out bars told apart (≥ 90%%)", lines["top1"])
+	}
+	for _, args := range [][]string{{"-validation", "96"}, {"-smt-rate", "0.9"}} {
+		if err := MNIST(context.Background(), io.Discard, append([]string{"-mnist", dir}, args...)); err == nil {
+			t.Errorf("%v was accepted", args)
+		}
+	}
+}
+
+// runMNIST runs bench mnist with args and returns its name: value lines.
+func runMNIST(t *testing.T, args ...string) map[string]string {
+	t.Helper()
+	var out bytes.Buffer
+	if err := MNIST(context.Background(), &out, args); err != nil {
+		t.Fatal(err)
+	}
+	lines := map[string]string{}
+	for _, l := range strings.Split(out.String(), "\n") {
+		if k, v, ok := strings.Cut(l, ": "); ok {
+			lines[k] = v
+		}
+	}
+	return lines
 }
