@@ -47,16 +47,25 @@ func writeDigits(t *testing.T, dir, split string, n int, rng *rand.Rand) {
 	}
 }
 
-// bench mnist streams as many passes as asked, reports the atoms k-means
-// re-seeded, and refuses a pass count below one.
-func TestMNISTPassesAndReseeds(t *testing.T) {
+// digitsDir writes 96 training digits and test of the test split into a
+// new directory (see writeDigits), for a test that streams them through
+// a daemon.
+func digitsDir(t *testing.T, seed uint64, test int) string {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("streams digits through a daemon")
 	}
 	dir := t.TempDir()
-	rng := rand.New(rand.NewPCG(7, 8))
+	rng := rand.New(rand.NewPCG(seed, seed+1))
 	writeDigits(t, dir, "train", 96, rng)
-	writeDigits(t, dir, "t10k", 32, rng)
+	writeDigits(t, dir, "t10k", test, rng)
+	return dir
+}
+
+// bench mnist streams as many passes as asked, reports the atoms k-means
+// re-seeded, and refuses a pass count below one.
+func TestMNISTPassesAndReseeds(t *testing.T) {
+	dir := digitsDir(t, 7, 32)
 	lines := runMNIST(t, "-mnist", dir, "-k", "16", "-dim", "4", "-batch", "8", "-passes", "3")
 	if lines["passes"] != "3" {
 		t.Errorf("passes: %q, want 3", lines["passes"])
@@ -76,13 +85,7 @@ func TestMNISTPassesAndReseeds(t *testing.T) {
 // images and scores on those, and the SMT step's rate and decay reach
 // the pipeline (a rate out of range is refused by its config).
 func TestMNISTValidationSplit(t *testing.T) {
-	if testing.Short() {
-		t.Skip("streams digits through a daemon")
-	}
-	dir := t.TempDir()
-	rng := rand.New(rand.NewPCG(9, 10))
-	writeDigits(t, dir, "train", 96, rng)
-	writeDigits(t, dir, "t10k", 8, rng)
+	dir := digitsDir(t, 9, 8)
 	lines := runMNIST(t, "-mnist", dir, "-k", "16", "-dim", "4", "-batch", "8", "-validation", "24", "-smt-rate", "0.05", "-smt-decay", "0")
 	want := map[string]string{"validation": "true", "train_images": "72", "test_images": "24", "smt_rate": "0.05", "smt_decay": "0"}
 	for k, v := range want {
