@@ -66,7 +66,7 @@ func digitsDir(t *testing.T, seed uint64, test int) string {
 // re-seeded, and refuses a pass count below one.
 func TestMNISTPassesAndReseeds(t *testing.T) {
 	dir := digitsDir(t, 7, 32)
-	lines := runMNIST(t, "-mnist", dir, "-k", "16", "-dim", "4", "-batch", "8", "-passes", "3")
+	lines := runBench(t, MNIST, "-mnist", dir, "-k", "16", "-dim", "4", "-batch", "8", "-passes", "3")
 	if lines["passes"] != "3" {
 		t.Errorf("passes: %q, want 3", lines["passes"])
 	}
@@ -86,7 +86,7 @@ func TestMNISTPassesAndReseeds(t *testing.T) {
 // the pipeline (a rate out of range is refused by its config).
 func TestMNISTValidationSplit(t *testing.T) {
 	dir := digitsDir(t, 9, 8)
-	lines := runMNIST(t, "-mnist", dir, "-k", "16", "-dim", "4", "-batch", "8", "-validation", "24", "-smt-rate", "0.05", "-smt-decay", "0")
+	lines := runBench(t, MNIST, "-mnist", dir, "-k", "16", "-dim", "4", "-batch", "8", "-validation", "24", "-smt-rate", "0.05", "-smt-decay", "0")
 	want := map[string]string{"validation": "true", "train_images": "72", "test_images": "24", "smt_rate": "0.05", "smt_decay": "0"}
 	for k, v := range want {
 		if lines[k] != v {
@@ -103,11 +103,12 @@ func TestMNISTValidationSplit(t *testing.T) {
 	}
 }
 
-// runMNIST runs bench mnist with args and returns its name: value lines.
-func runMNIST(t *testing.T, args ...string) map[string]string {
+// runBench runs a bench command with args and returns its name: value
+// lines.
+func runBench(t *testing.T, bench func(context.Context, io.Writer, []string) error, args ...string) map[string]string {
 	t.Helper()
 	var out bytes.Buffer
-	if err := MNIST(context.Background(), &out, args); err != nil {
+	if err := bench(context.Background(), &out, args); err != nil {
 		t.Fatal(err)
 	}
 	lines := map[string]string{}

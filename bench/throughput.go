@@ -39,6 +39,11 @@ import (
 //   - while the daemon learns, the same queries sent open-loop at -rate per
 //     second: latency p50 and p99 of the answers, timeouts and busy
 //     replies, and the learning throughput meanwhile;
+//   - the same while the daemon learns a recorded backlog instead, as
+//     when recorded streams are replayed into JetStream (replay_*):
+//     images published before the phase, none during it, and
+//     replay_backlog_left of them still unlearned as it ends (above 0:
+//     it learned throughout);
 //   - the same at -flood-rate, past what the query workers can encode:
 //     every query must get an answer or a fast busy error (503 "busy: …"),
 //     reported with the p99 of the busy replies.
@@ -205,6 +210,19 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 	if err != nil {
 		return err
 	}
+	// A backlog of half again what the daemon learned in as long.
+	backlog := int(1.5*steadyLearn**seconds) + 1000
+	if err := in.publishBacklog(ctx, msgs, &sent, backlog); err != nil {
+		return err
+	}
+	replay, replayLearn, err := phase("replay", *rate, false)
+	if err != nil {
+		return err
+	}
+	backlogLeft := int64(sent) - in.learned()
+	if err := in.publish(ctx, msgs, &sent, 0, nil); err != nil { // the rest learned
+		return err
+	}
 	flood, floodLearn, err := phase("flood", *floodRate, true)
 	if err != nil {
 		return err
@@ -230,7 +248,7 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 		name  string
 		load  *queryLoad
 		learn float64
-	}{{"idle", idle, 0}, {"embed", steady, steadyLearn}, {"flood", flood, floodLearn}} {
+	}{{"idle", idle, 0}, {"embed", steady, steadyLearn}, {"replay", replay, replayLearn}, {"flood", flood, floodLearn}} {
 		l := ph.load
 		line(ph.name+"_rate_per_s", fmt.Sprintf("%.0f", l.rate))
 		line(ph.name+"_sent", l.sent)
@@ -243,6 +261,9 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 		line(ph.name+"_busy_p99_ms", fmt.Sprintf("%.2f", ms(percentile(l.busyLat, 0.99))))
 		if ph.load != idle {
 			line(ph.name+"_learn_images_per_s", fmt.Sprintf("%.0f", ph.learn))
+		}
+		if ph.load == replay {
+			line("replay_backlog_left", backlogLeft)
 		}
 		line(ph.name+"_work_off_cpu", fmt.Sprintf("%.3f", l.offCPU))
 		line(ph.name+"_mostly_off_cpu", fmt.Sprintf("%.4f", l.mostlyOffCPU))
@@ -294,6 +315,29 @@ func (in *benchDaemon) publish(ctx context.Context, msgs []*nats.Msg, sent *int,
 	for in.learned() < int64(*sent) {
 		if err := wait(ctx, 2*time.Millisecond); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// publishBacklog publishes the next n of msgs (cycling) without waiting
+// for the daemon to learn them, a thousand at a time (fewer than the
+// client's asynchronous publishes in flight), and returns when JetStream
+// has stored them all.
+func (in *benchDaemon) publishBacklog(ctx context.Context, msgs []*nats.Msg, sent *int, n int) error {
+	for i := 0; i < n; i++ {
+		m := msgs[*sent%len(msgs)]
+		if _, err := in.js.PublishMsgAsync(&nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data}); err != nil {
+			return err
+		}
+		*sent++
+		if (i+1)%1000 != 0 && i+1 != n {
+			continue
+		}
+		select {
+		case <-in.js.PublishAsyncComplete():
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
 	return nil
