@@ -1,9 +1,69 @@
 package bench
 
 import (
+	"math"
+	"runtime"
 	"strconv"
 	"testing"
+	"time"
+
+	"github.com/smtd/smtd/daemon"
 )
+
+// collections counts the answers above the p99 that were in flight while
+// a collection of this process ended, and only those.
+func TestCollectionsFindsSlowAnswersNearGC(t *testing.T) {
+	start := time.Now()
+	runtime.GC()
+	end := time.Now() // after the cycle's end
+	l := &queryLoad{}
+	for i := range 100 {
+		at, lat := start.Add(-time.Second+time.Duration(i)*time.Millisecond), time.Millisecond
+		switch i {
+		case 10: // in flight for the whole collection
+			at, lat = start, end.Sub(start)+time.Millisecond
+		case 20: // as slow, an hour later
+			at, lat = end.Add(time.Hour), end.Sub(start)+time.Millisecond
+		}
+		l.sentAt = append(l.sentAt, at)
+		l.outcome = append(l.outcome, queryOutcome{'a', lat})
+		l.answerLat = append(l.answerLat, lat)
+	}
+	cycles, near := collections(l, start)
+	if cycles < 1 {
+		t.Errorf("%d collections since the start, want at least the forced one", cycles)
+	}
+	if near != 0.5 {
+		t.Errorf("slow answers near a collection: %v, want 0.5", near)
+	}
+}
+
+// heapAllocated counts what this process allocates.
+func TestHeapAllocatedCounts(t *testing.T) {
+	before := heapAllocated()
+	sink = make([]byte, 1<<20)
+	if got := heapAllocated() - before; got < 1<<20 {
+		t.Errorf("%d bytes counted for a 1 MiB allocation", got)
+	}
+}
+
+var sink []byte
+
+// The off-CPU shares of a phase come from the daemon's counters' growth
+// over it, and are -1 when it timed no query.
+func TestOffCPUShares(t *testing.T) {
+	a := daemon.QueryStatus{Timed: 100, WorkSeconds: 1, OffCPUSeconds: 0.5, MostlyOffCPU: 10}
+	b := daemon.QueryStatus{Timed: 300, WorkSeconds: 3, OffCPUSeconds: 0.9, MostlyOffCPU: 14}
+	var l queryLoad
+	l.setOffCPU(a, b)
+	if math.Abs(l.offCPU-0.2) > 1e-12 || math.Abs(l.mostlyOffCPU-0.02) > 1e-12 {
+		t.Errorf("off CPU %v, mostly %v; want 0.2 and 0.02", l.offCPU, l.mostlyOffCPU)
+	}
+	l.setOffCPU(b, b)
+	if l.offCPU != -1 || l.mostlyOffCPU != -1 {
+		t.Errorf("no query timed: off CPU %v, mostly %v; want -1", l.offCPU, l.mostlyOffCPU)
+	}
+}
 
 // bench throughput runs its phases on a small stream and reports, for
 // each, what was sent and how it ended; in the replay phase the daemon
