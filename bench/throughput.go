@@ -98,6 +98,13 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 	p.Input.Subject = "bench.images"
 	p.Output.Subject = "bench.images.embeddings"
 	p.KMeans.Atoms = *atoms
+	// The library is fed the pipeline directly, without the daemon's
+	// checks of its config: check it here.
+	check := config.Default()
+	check.Pipelines = []config.Pipeline{p}
+	if err := check.Validate(); err != nil {
+		return fmt.Errorf("bench throughput: %w", err)
+	}
 
 	// The library (the pipeline's model alone, fed the same minibatches)
 	// and the daemon, alternately, each from an empty model: on a shared
@@ -210,8 +217,13 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 	if err != nil {
 		return err
 	}
-	// A backlog of half again what the daemon learned in as long.
-	backlog := int(1.5*steadyLearn**seconds) + 1000
+	// What the publisher sent ahead learned, a backlog of half again
+	// what the daemon learned in as long (and a few minibatches), and
+	// after the phase what is left of it learned too.
+	if err := in.publish(ctx, msgs, &sent, 0, nil); err != nil {
+		return err
+	}
+	backlog := int(1.5*steadyLearn**seconds) + 4*p.Batch.Size
 	if err := in.publishBacklog(ctx, msgs, &sent, backlog); err != nil {
 		return err
 	}
@@ -220,7 +232,7 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 		return err
 	}
 	backlogLeft := int64(sent) - in.learned()
-	if err := in.publish(ctx, msgs, &sent, 0, nil); err != nil { // the rest learned
+	if err := in.publish(ctx, msgs, &sent, 0, nil); err != nil {
 		return err
 	}
 	flood, floodLearn, err := phase("flood", *floodRate, true)

@@ -1,9 +1,12 @@
 package bench
 
 import (
+	"context"
+	"io"
 	"math"
 	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -70,7 +73,7 @@ func TestOffCPUShares(t *testing.T) {
 // learns a backlog published before it.
 func TestThroughputPhases(t *testing.T) {
 	dir := digitsDir(t, 11, 64)
-	lines := runBench(t, Throughput, "-mnist", dir, "-images", "96", "-rounds", "1", "-seconds", "0.5", "-rate", "100", "-flood-rate", "400")
+	lines := runBench(t, Throughput, "-mnist", dir, "-images", "96", "-k", "64", "-rounds", "1", "-seconds", "0.5", "-rate", "100", "-flood-rate", "400")
 	for _, phase := range []string{"idle", "embed", "replay", "flood"} {
 		sent, err := strconv.Atoi(lines[phase+"_sent"])
 		if err != nil || sent == 0 {
@@ -97,5 +100,9 @@ func TestThroughputPhases(t *testing.T) {
 	}
 	if r, err := strconv.ParseFloat(lines["replay_learn_images_per_s"], 64); err != nil || r <= 0 {
 		t.Errorf("replay_learn_images_per_s: %q, want the daemon learning the backlog", lines["replay_learn_images_per_s"])
+	}
+	// 16 atoms cannot carry the default 32 SMT dimensions.
+	if err := Throughput(context.Background(), io.Discard, []string{"-mnist", dir, "-k", "16"}); err == nil || !strings.Contains(err.Error(), "smt.dim") {
+		t.Errorf("-k 16: %v, want the config refused", err)
 	}
 }
