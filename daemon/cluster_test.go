@@ -265,10 +265,18 @@ func startCluster(t testing.TB, p config.Pipeline) *testCluster {
 		st, _ := clusterPipelineStatus(c.nc, "cl", p.Name)
 		return st
 	}
-	waitFor(t, time.Minute, "an owner and its input stream", func() bool {
-		return c.status().Owner != "" && streamReachable(c.js, p.Input.Subject)
-	})
+	waitForOwner(t, c.nc, c.js, p)
 	return c
+}
+
+// waitForOwner waits until a daemon of the test cluster (prefix cl) owns
+// p and p's input stream can be reached.
+func waitForOwner(t testing.TB, nc *nats.Conn, js jetstream.JetStream, p config.Pipeline) {
+	t.Helper()
+	waitFor(t, time.Minute, "an owner and its input stream", func() bool {
+		st, _ := clusterPipelineStatus(nc, "cl", p.Name)
+		return st.Owner != "" && streamReachable(js, p.Input.Subject)
+	})
 }
 
 // Takeover: three daemons on a 3-node JetStream cluster (R3) learn a
@@ -499,10 +507,7 @@ func TestStandbyServesNewestCheckpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, time.Minute, "an owner and its input stream", func() bool {
-		st, _ := clusterPipelineStatus(nc, "cl", "kid")
-		return st.Owner != "" && streamReachable(js, p.Input.Subject)
-	})
+	waitForOwner(t, nc, js, p)
 	n := replayFile(t, nc, "mnist-train-1000.smtdrec", "serve.kid")
 	ckpt := finalCheckpoint(t, nc, js, "kid", n)
 	var owner, standby *Daemon

@@ -45,7 +45,7 @@ func TestFencingFrozenOwner(t *testing.T) {
 		st, _ := clusterPipelineStatus(nc, "cl", "kid")
 		return st
 	}
-	waitFor(t, time.Minute, "an owner and its input stream", func() bool { return status().Owner != "" && streamReachable(js, p.Input.Subject) })
+	waitForOwner(t, nc, js, p)
 	if got := replayFile(t, nc, stream, "fence.kid"); got != n {
 		t.Fatalf("replayed %d of %d", got, n)
 	}
@@ -110,10 +110,7 @@ func TestFrozenDaemonLeavesQueries(t *testing.T) {
 		cfgs[name] = clusterConfig(t, ns.ClientURL(), name, 1, p)
 		daemons[name] = newChildDaemon(t, name, cfgs[name])
 	}
-	waitFor(t, time.Minute, "an owner and its input stream", func() bool {
-		st, _ := clusterPipelineStatus(nc, "cl", "kid")
-		return st.Owner != "" && streamReachable(js, p.Input.Subject)
-	})
+	waitForOwner(t, nc, js, p)
 	finalCheckpoint(t, nc, js, "kid", replayFile(t, nc, "mnist-train-1000.smtdrec", "frozen.kid"))
 	req := digitRequest(cfgs["a"].EmbedSubject("kid"))
 	ask := func(timeout time.Duration) (by string, ok bool) {
