@@ -220,7 +220,7 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 	// What the publisher sent ahead learned, a backlog of half again
 	// what the daemon learned in as long (and a few minibatches), and
 	// after the phase what is left of it learned too.
-	if err := in.publish(ctx, msgs, &sent, 0, nil); err != nil {
+	if err := in.waitLearned(ctx, sent); err != nil {
 		return err
 	}
 	backlog := int(1.5*steadyLearn**seconds) + 4*p.Batch.Size
@@ -232,7 +232,7 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 		return err
 	}
 	backlogLeft := int64(sent) - in.learned()
-	if err := in.publish(ctx, msgs, &sent, 0, nil); err != nil {
+	if err := in.waitLearned(ctx, sent); err != nil {
 		return err
 	}
 	flood, floodLearn, err := phase("flood", *floodRate, true)
@@ -324,7 +324,12 @@ func (in *benchDaemon) publish(ctx context.Context, msgs []*nats.Msg, sent *int,
 			showProgress("daemon: %d/%d images", *sent-base, limit)
 		}
 	}
-	for in.learned() < int64(*sent) {
+	return in.waitLearned(ctx, *sent)
+}
+
+// waitLearned returns once the daemon has learned n messages.
+func (in *benchDaemon) waitLearned(ctx context.Context, n int) error {
+	for in.learned() < int64(n) {
 		if err := wait(ctx, 2*time.Millisecond); err != nil {
 			return err
 		}
