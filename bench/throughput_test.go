@@ -70,10 +70,12 @@ func TestOffCPUShares(t *testing.T) {
 
 // bench throughput runs its phases on a small stream and reports, for
 // each, what was sent and how it ended; in the replay phase the daemon
-// learns a backlog published before it.
+// learns a backlog published before it. The phases last 2 s: the daemon
+// counts what it learned a minibatch (32 images) at a time, and under
+// the race detector it learns about 60 images a second.
 func TestThroughputPhases(t *testing.T) {
 	dir := digitsDir(t, 11, 64)
-	lines := runBench(t, Throughput, "-mnist", dir, "-images", "96", "-k", "64", "-rounds", "1", "-seconds", "0.5", "-rate", "100", "-flood-rate", "400")
+	lines := runBench(t, Throughput, "-mnist", dir, "-images", "96", "-k", "64", "-rounds", "1", "-seconds", "2", "-rate", "50", "-flood-rate", "400")
 	for _, phase := range []string{"idle", "embed", "replay", "flood"} {
 		sent, err := strconv.Atoi(lines[phase+"_sent"])
 		if err != nil || sent == 0 {
