@@ -581,15 +581,19 @@ func (pl *pipeline) settle(err error, n int, seq uint64) bool {
 		return false
 	}
 	pl.diverged = 0
-	if refused {
-		pl.stats.notLearned.Add(int64(n))
-	} else {
+	if !refused {
 		pl.version++
 		pl.samples += int64(n)
 		pl.sinceCkpt += int64(n)
-		pl.stats.learned.Add(int64(n))
 	}
 	pl.publishSnapshot()
+	// The counts move after the snapshot, so a reader that sees a batch
+	// counted (Status reads the counts first) sees the model that learned it.
+	if refused {
+		pl.stats.notLearned.Add(int64(n))
+	} else {
+		pl.stats.learned.Add(int64(n))
+	}
 	return true
 }
 

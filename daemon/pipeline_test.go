@@ -140,10 +140,6 @@ func TestEmbedDoesNotTrain(t *testing.T) {
 	nc := connect(t, d.ClientURL())
 	n := replayFile(t, nc, "mnist-train-1000.smtdrec", "mnist.images")
 	waitFor(t, 60*time.Second, "stream learned", func() bool { return pipelineStatus(d, "digits").Learned == int64(n) })
-	// The last batch is counted just before its snapshot is published; a
-	// checkpoint request is served by the pipeline after that batch, so
-	// once it is answered the status names the final snapshot.
-	request(t, nc, "smtd.control.checkpoint", nil, nil)
 	before := pipelineStatus(d, "digits")
 
 	msgs := readStream(t, "mnist-test-200.smtdrec")
@@ -179,6 +175,28 @@ func TestEmbedDoesNotTrain(t *testing.T) {
 	}
 	if rep.Header.Get("Nats-Service-Error-Code") != "400" {
 		t.Errorf("bad query: got %v, want a 400 error", rep.Header)
+	}
+}
+
+// The status never counts a sample the served model has not learned: a
+// batch is counted only once its snapshot is published, so a reader that
+// waits for Learned to reach n reads the model of the last batch.
+func TestStatusCountsOnlyServedLearning(t *testing.T) {
+	p := digitsPipeline("digits", "mnist.images", 16)
+	d := startDaemon(t, testConfig(t, p))
+	nc := connect(t, d.ClientURL())
+	n := replayFile(t, nc, "mnist-train-1000.smtdrec", "mnist.images")
+	for polls := 0; ; polls++ {
+		st := pipelineStatus(d, "digits")
+		if most := int64(st.ModelVersion) * int64(p.Batch.Size); st.Learned > most {
+			t.Fatalf("poll %d: %d samples learned, but the served model, version %d, holds at most %d", polls, st.Learned, st.ModelVersion, most)
+		}
+		if st.Learned == int64(n) {
+			break
+		}
+		if polls > 1e7 {
+			t.Fatalf("stream not learned: %d of %d", st.Learned, n)
+		}
 	}
 }
 

@@ -418,8 +418,8 @@ func (d *Daemon) Status() Status {
 		st.Daemon, st.Members = c.self.Name, *c.live.Load()
 	}
 	for _, pl := range d.pipelines {
+		c := pl.stats.state() // before the snapshot: see settle
 		snap := pl.acquire()
-		c := pl.stats.state()
 		ps := PipelineStatus{
 			Name: pl.name, Modality: string(snap.cfg.Modality), Input: snap.cfg.Input.Subject, Output: snap.cfg.Output.Subject,
 			Health: *pl.health.Load(), LastSeq: pl.stats.lastSeq.Load(), Backlog: pl.stats.backlog.Load(),
