@@ -39,18 +39,29 @@ func BenchmarkStatsAddImagesVQ(b *testing.B) {
 	for _, k := range []int{1024, 4096} {
 		for _, d := range []int{3, 0} {
 			b.Run(fmt.Sprintf("K=%d/range=%d", k, d), func(b *testing.B) {
-				batches := benchCodes(8, k)
-				st := sgd.NewStats(sgd.StatsSettings{K: k, Range: d, Memory: 1e6})
-				b.ReportAllocs()
-				i := 0
-				for b.Loop() {
-					st.AddImagesVQ(batches[i%len(batches)], 32, mnistGrid)
-					i++
-				}
-				b.ReportMetric(float64(i*32*mnistGrid.Len())/b.Elapsed().Seconds(), "patches/s")
+				benchStatsAdd(b, sgd.StatsSettings{K: k, Range: d, Memory: 1e6})
 			})
 		}
 	}
+	// V and the minibatch's diag of L, what the SGD step needs.
+	for _, k := range []int{256, 4096} {
+		b.Run(fmt.Sprintf("K=%d/range=3/v-only", k), func(b *testing.B) {
+			benchStatsAdd(b, sgd.StatsSettings{K: k, Range: 3, Memory: 5e6, VOnly: true})
+		})
+	}
+}
+
+func benchStatsAdd(b *testing.B, s sgd.StatsSettings) {
+	k := s.K
+	batches := benchCodes(8, k)
+	st := sgd.NewStats(s)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		st.AddImagesVQ(batches[i%len(batches)], 32, mnistGrid)
+		i++
+	}
+	b.ReportMetric(float64(i*32*mnistGrid.Len())/b.Elapsed().Seconds(), "patches/s")
 }
 
 func BenchmarkSMTStepImagesVQ(b *testing.B) {

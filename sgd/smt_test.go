@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/smtd/smtd/online"
@@ -15,8 +16,10 @@ import (
 // expectedStep computes one step of Supp. C densely: with the minibatch's
 // L_b and the statistics' V (unseen atoms at the mean frequency),
 //
-//	P ← P − c P L_b V⁻¹,  shrink by thr·V_jj,  P ← (PVPᵀ)^(−1/2) P.
-func expectedStep(p *mat.Dense, lb, v *mat.Dense, c, thr float64) *mat.Dense {
+//	P ← P − c P L_b V'⁻¹,  shrink by thr·V_jj,  P ← (PVPᵀ)^(−1/2) P,
+//
+// V' = V, or with degrees V'_jj = max(V_jj, c·deg_j) (Stats.BatchDegrees).
+func expectedStep(p *mat.Dense, lb, v *mat.Dense, c, thr float64, deg []float64) *mat.Dense {
 	n := v.RawMatrix().Rows
 	vr := mat.DenseCopyOf(v)
 	var sum float64
@@ -32,9 +35,13 @@ func expectedStep(p *mat.Dense, lb, v *mat.Dense, c, thr float64) *mat.Dense {
 			vr.Set(a, a, sum/float64(seen))
 		}
 	}
+	vs := mat.DenseCopyOf(vr)
+	for a, d := range deg {
+		vs.Set(a, a, math.Max(vr.At(a, a), c*d))
+	}
 	var g, vinv, step mat.Dense
 	g.Mul(p, lb)
-	if err := vinv.Inverse(vr); err != nil {
+	if err := vinv.Inverse(vs); err != nil {
 		panic(err)
 	}
 	step.Mul(&g, &vinv)
@@ -87,20 +94,29 @@ func TestSMTStepMatchesDefinition(t *testing.T) {
 		rng    int
 		multi  bool
 		gamma1 float64
+		rate   float64 // η; 0.07 unless set
 	}{
-		{"vq/atom/d=1", sgd.BlankAtom, 1, false, 0},
-		{"vq/skip/d=2", sgd.BlankSkip, 2, false, 0},
-		{"vq/atom/whole", sgd.BlankAtom, 0, false, 0},
-		{"vq/skip/whole/shrink", sgd.BlankSkip, 0, false, 0.05},
-		{"vq/atom/d=1/shrink", sgd.BlankAtom, 1, false, 0.2},
-		{"gq/atom/d=1", sgd.BlankAtom, 1, true, 0},
-		{"gq/skip/whole", sgd.BlankSkip, 0, true, 0},
+		{"vq/atom/d=1", sgd.BlankAtom, 1, false, 0, 0},
+		{"vq/skip/d=2", sgd.BlankSkip, 2, false, 0, 0},
+		{"vq/atom/whole", sgd.BlankAtom, 0, false, 0, 0},
+		{"vq/skip/whole/shrink", sgd.BlankSkip, 0, false, 0.05, 0},
+		{"vq/atom/d=1/shrink", sgd.BlankAtom, 1, false, 0.2, 0},
+		{"vq/atom/d=1/capped", sgd.BlankAtom, 1, false, 0, 0.6},
+		{"vq/skip/whole/capped", sgd.BlankSkip, 0, false, 0, 0.6},
+		{"vq/atom/d=2/capped/v-only", sgd.BlankAtom, 2, false, 0, 0.6},
+		{"gq/atom/d=1", sgd.BlankAtom, 1, true, 0, 0},
+		{"gq/skip/whole", sgd.BlankSkip, 0, true, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(21, 22))
 			ss := sgd.StatsSettings{K: k, Blank: tc.blank, Range: tc.rng, MultiHot: tc.multi}
-			st := sgd.NewStats(ss)
-			s := sgd.SMTSettings{K: k, Blank: tc.blank, Dim: dim, LearningRate: 0.07, Decay: 0.5, Gamma0: 1.5, Gamma1: tc.gamma1}
+			st := sgd.NewStats(sgd.StatsSettings{K: k, Blank: tc.blank, Range: tc.rng, MultiHot: tc.multi, VOnly: strings.HasSuffix(tc.name, "v-only")})
+			rate := tc.rate
+			if rate == 0 {
+				rate = 0.07
+			}
+			s := sgd.SMTSettings{K: k, Blank: tc.blank, Dim: dim, LearningRate: rate, Decay: 0.5, Gamma0: 1.5, Gamma1: tc.gamma1}
+			capBound := false // whether the cap changed a step
 			m := sgd.NewSMT(s, rand.NewPCG(1, 2))
 			for step := 0; step < 3; step++ {
 				n := images * grid.Len()
@@ -112,7 +128,7 @@ func TestSMTStepMatchesDefinition(t *testing.T) {
 					batch.AddImagesGQ(c, images, grid)
 					before := mat.DenseCopyOf(m.P())
 					eta := s.LearningRate / (1 + s.Decay*float64(step))
-					want := expectedStep(before, denseOfSym(batch, true), denseOfSym(st, false), 2*s.Gamma0*eta, eta*s.Gamma1)
+					want := expectedStep(before, denseOfSym(batch, true), denseOfSym(st, false), 2*s.Gamma0*eta, eta*s.Gamma1, nil)
 					err = m.StepImagesGQ(st, c, images, grid)
 					equalApprox(t, "P", m.P(), want, 1e-8)
 				} else {
@@ -121,7 +137,10 @@ func TestSMTStepMatchesDefinition(t *testing.T) {
 					batch.AddImagesVQ(c, images, grid)
 					before := mat.DenseCopyOf(m.P())
 					eta := s.LearningRate / (1 + s.Decay*float64(step))
-					want := expectedStep(before, denseOfSym(batch, true), denseOfSym(st, false), 2*s.Gamma0*eta, eta*s.Gamma1)
+					lb, v := denseOfSym(batch, true), denseOfSym(st, false)
+					want := expectedStep(before, lb, v, 2*s.Gamma0*eta, eta*s.Gamma1, st.BatchDegrees(nil))
+					uncapped := expectedStep(before, lb, v, 2*s.Gamma0*eta, eta*s.Gamma1, nil)
+					capBound = capBound || !mat.EqualApprox(want, uncapped, 1e-6)
 					err = m.StepImagesVQ(st, c, images, grid)
 					equalApprox(t, "P", m.P(), want, 1e-8)
 				}
@@ -131,6 +150,9 @@ func TestSMTStepMatchesDefinition(t *testing.T) {
 			}
 			if m.Steps() != 3 || !m.Finite() {
 				t.Errorf("%d steps, finite %v", m.Steps(), m.Finite())
+			}
+			if capBound != (tc.rate != 0) {
+				t.Errorf("the cap on an atom's step changed a step: %v, want %v (η = %v)", capBound, tc.rate != 0, rate)
 			}
 		})
 	}
@@ -147,7 +169,7 @@ func TestSMTStepSequencesAndTemporal(t *testing.T) {
 		codes, lengths := randomVQ(rng, 40, k, 0.1), []int{10, 25, 5}
 		st.AddSequencesVQ(codes, lengths)
 		batch.AddSequencesVQ(codes, lengths)
-		want := expectedStep(mat.DenseCopyOf(m.P()), denseOfSym(batch, true), denseOfSym(st, false), 2*s.LearningRate, 0)
+		want := expectedStep(mat.DenseCopyOf(m.P()), denseOfSym(batch, true), denseOfSym(st, false), 2*s.LearningRate, 0, st.BatchDegrees(nil))
 		if err := m.StepSequencesVQ(st, codes, lengths); err != nil {
 			t.Fatal(err)
 		}
@@ -161,7 +183,7 @@ func TestSMTStepSequencesAndTemporal(t *testing.T) {
 		batch := sgd.NewStats(ss)
 		st.AddTemporalVQ(f0, f1, f2)
 		batch.AddTemporalVQ(f0, f1, f2)
-		want := expectedStep(mat.DenseCopyOf(m.P()), denseOfSym(batch, true), denseOfSym(st, false), 2*s.LearningRate, 0)
+		want := expectedStep(mat.DenseCopyOf(m.P()), denseOfSym(batch, true), denseOfSym(st, false), 2*s.LearningRate, 0, st.BatchDegrees(nil))
 		if err := m.StepTemporalVQ(st, f0, f1, f2); err != nil {
 			t.Fatal(err)
 		}

@@ -132,6 +132,13 @@ type Stats struct {
 	bp      int64 // columns of D of the minibatch being added
 	batches int64 // minibatches with at least one counted row
 
+	// Each atom's neighbour pairs in the last minibatch of 1-hot image or
+	// sequence codes, and their number (BatchDegrees). Not serialised:
+	// every SGD step follows the Add of its minibatch.
+	lastDeg   []float64
+	lastPairs int64
+	sat       []int // workspace: summed-area table of the coded rows
+
 	c       csr       // workspace: codes of the batch
 	cnt     []float64 // workspace: per-atom histogram, zero between uses
 	touched []int     // workspace: atoms with cnt ≠ 0
@@ -393,6 +400,91 @@ func (st *Stats) AddSequencesVQ(codes []int, lengths []int) {
 	st.addGrid(st.seg)
 }
 
+// BatchDegrees writes into dst (if it has length Size(), else into a new
+// slice) each atom's share of the neighbour pairs of the last minibatch
+// added, normalised per column of D as L is,
+//
+//	d_a = Σ_{rows i coded a} deg_i / pairs,   deg_i the coded neighbours of row i,
+//
+// for 1-hot image and sequence codes. d_a ≥ (L_b)_aa, the diag of the
+// minibatch's L, with equality when no two neighbours share an atom. It
+// is zero for other codes, for temporal statistics, and before any
+// minibatch has been added since the statistics were made or decoded.
+// It does not need the stored L: it is kept with VOnly too.
+func (st *Stats) BatchDegrees(dst []float64) []float64 {
+	if len(st.lastDeg) != st.n || st.lastPairs == 0 {
+		if len(dst) != st.n {
+			dst = make([]float64, st.n)
+		}
+		clear(dst)
+		return dst
+	}
+	return normalised(dst, st.lastDeg, float64(st.lastPairs))
+}
+
+// begin forgets the last minibatch's degrees as another is added.
+func (st *Stats) begin() {
+	if len(st.lastDeg) != st.n {
+		st.lastDeg = make([]float64, st.n)
+	}
+	clear(st.lastDeg)
+	st.lastPairs = 0
+}
+
+// addDegrees counts the coded neighbours of each row of the 1-hot
+// minibatch in st.c, whose rows form the given grids, for BatchDegrees:
+// the whole grid, or the (2d+1)×(2d+1) window around the row, from a
+// summed-area table of the coded rows (O(1) a row whatever d).
+func (st *Stats) addDegrees(seg []segment) {
+	c := &st.c
+	for _, sg := range seg {
+		d := st.s.Range
+		if d == 0 || d >= max(sg.rows, sg.cols)-1 {
+			n := 0
+			for i := sg.first; i < sg.first+sg.rows*sg.cols; i++ {
+				if !c.empty(i) {
+					n++
+				}
+			}
+			for i := sg.first; i < sg.first+sg.rows*sg.cols; i++ {
+				if !c.empty(i) {
+					st.lastDeg[c.first(i)] += float64(n - 1)
+				}
+			}
+			st.lastPairs += int64(n * (n - 1) / 2)
+			continue
+		}
+		w := sg.cols + 1
+		st.sat = grow(st.sat, (sg.rows+1)*w)
+		clear(st.sat[:w])
+		for r := 0; r < sg.rows; r++ {
+			st.sat[(r+1)*w] = 0
+			for col := 0; col < sg.cols; col++ {
+				coded := 0
+				if !c.empty(sg.first + r*sg.cols + col) {
+					coded = 1
+				}
+				st.sat[(r+1)*w+col+1] = coded + st.sat[r*w+col+1] + st.sat[(r+1)*w+col] - st.sat[r*w+col]
+			}
+		}
+		var ends int64
+		for r := 0; r < sg.rows; r++ {
+			r0, r1 := max(0, r-d), min(sg.rows, r+d+1)
+			for col := 0; col < sg.cols; col++ {
+				i := sg.first + r*sg.cols + col
+				if c.empty(i) {
+					continue
+				}
+				c0, c1 := max(0, col-d), min(sg.cols, col+d+1)
+				deg := st.sat[r1*w+c1] - st.sat[r0*w+c1] - st.sat[r1*w+c0] + st.sat[r0*w+c0] - 1
+				st.lastDeg[c.first(i)] += float64(deg)
+				ends += int64(deg)
+			}
+		}
+		st.lastPairs += ends / 2
+	}
+}
+
 // commit adds the weights of a minibatch of counted rows and st.bp
 // columns of D.
 func (st *Stats) commit(counted int, inv float64) {
@@ -461,6 +553,10 @@ func (st *Stats) addGrid(seg []segment) {
 		panic("sgd: multi-hot codes need StatsSettings.MultiHot")
 	}
 	st.forget(c.counted)
+	st.begin()
+	if c.oneHot {
+		st.addDegrees(seg)
+	}
 	inv := 1 / st.g
 	for i := 0; i < c.rows(); i++ {
 		st.addV(i, inv)
@@ -699,5 +795,6 @@ func (st *Stats) UnmarshalBinary(data []byte) error {
 	st.g, st.w, st.wp = g, w, wp
 	st.rows, st.pairs, st.batches = rows, pairs, batches
 	st.vd, st.ld, st.vo, st.lo = vd, ld, vo, lo
+	st.lastPairs = 0 // no minibatch added since (BatchDegrees)
 	return nil
 }

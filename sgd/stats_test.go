@@ -10,6 +10,7 @@ import (
 
 	"github.com/smtd/smtd/online"
 	"github.com/smtd/smtd/sgd"
+	"gonum.org/v1/gonum/floats"
 	"gonum.org/v1/gonum/floats/scalar"
 	"gonum.org/v1/gonum/mat"
 )
@@ -508,5 +509,109 @@ func TestStatsSettings(t *testing.T) {
 	}
 	if err := st.SetSettings(sgd.StatsSettings{K: 4, Range: 3}); err == nil {
 		t.Error("changing Range live was accepted")
+	}
+}
+
+// BatchDegrees counts, for each atom, the coded neighbours of its rows in
+// the last minibatch alone (image windows, whole images, sequences), per
+// pair of the minibatch: the brute-force count over the pairs, with and
+// without VOnly, forgetting or not. It is zero for temporal statistics.
+func TestStatsBatchDegrees(t *testing.T) {
+	const k = 7
+	grid := online.PatchGrid{Width: 7, Height: 7, Size: 2} // 6×6 grid
+	rng := rand.New(rand.NewPCG(9, 10))
+	// neighbours reports whether rows i and j of a batch are neighbours.
+	type batch struct {
+		add        func(st *sgd.Stats, codes []int)
+		n          int
+		neighbours func(i, j int) bool
+	}
+	imageNeighbours := func(d int) func(i, j int) bool {
+		return func(i, j int) bool {
+			if i/grid.Len() != j/grid.Len() {
+				return false
+			}
+			i, j = i%grid.Len(), j%grid.Len()
+			ri, ci, rj, cj := i/grid.Cols(), i%grid.Cols(), j/grid.Cols(), j%grid.Cols()
+			return d == 0 || max(ri-rj, rj-ri, ci-cj, cj-ci) <= d
+		}
+	}
+	lengths := []int{8, 3, 9}
+	sequence := func(i int) (int, int) { // sequence and position of token i
+		for s, l := range lengths {
+			if i < l {
+				return s, i
+			}
+			i -= l
+		}
+		panic("out of range")
+	}
+	for _, tc := range []struct {
+		name string
+		ss   sgd.StatsSettings
+		b    batch
+	}{
+		{"images/d=1", sgd.StatsSettings{K: k, Range: 1}, batch{func(st *sgd.Stats, c []int) { st.AddImagesVQ(c, 3, grid) }, 3 * grid.Len(), imageNeighbours(1)}},
+		{"images/d=2/skip", sgd.StatsSettings{K: k, Range: 2, Blank: sgd.BlankSkip}, batch{func(st *sgd.Stats, c []int) { st.AddImagesVQ(c, 3, grid) }, 3 * grid.Len(), imageNeighbours(2)}},
+		{"images/whole/skip", sgd.StatsSettings{K: k, Blank: sgd.BlankSkip}, batch{func(st *sgd.Stats, c []int) { st.AddImagesVQ(c, 3, grid) }, 3 * grid.Len(), imageNeighbours(0)}},
+		{"sequences/d=2", sgd.StatsSettings{K: k, Range: 2}, batch{func(st *sgd.Stats, c []int) { st.AddSequencesVQ(c, lengths) }, 20, func(i, j int) bool {
+			si, pi := sequence(i)
+			sj, pj := sequence(j)
+			return si == sj && max(pi-pj, pj-pi) <= 2
+		}}},
+	} {
+		for _, vOnly := range []bool{false, true} {
+			for _, memory := range []float64{0, 50} {
+				t.Run(fmt.Sprintf("%s/v-only=%v/memory=%v", tc.name, vOnly, memory), func(t *testing.T) {
+					ss := tc.ss
+					ss.VOnly, ss.Memory = vOnly, memory
+					st := sgd.NewStats(ss)
+					if got := st.BatchDegrees(nil); !floats.Equal(got, make([]float64, st.Size())) {
+						t.Errorf("before any minibatch: %v, want zeros", got)
+					}
+					tc.b.add(st, randomVQ(rng, tc.b.n, k, 0.2))
+					codes := randomVQ(rng, tc.b.n, k, 0.2)
+					tc.b.add(st, codes)
+
+					coded := func(i int) bool { return codes[i] >= 0 || ss.Blank == sgd.BlankAtom }
+					atom := func(i int) int {
+						if codes[i] < 0 {
+							return k // the blank atom
+						}
+						return codes[i]
+					}
+					want := make([]float64, st.Size())
+					pairs := 0
+					for i := range codes {
+						for j := range codes {
+							if i == j || !coded(i) || !coded(j) || !tc.b.neighbours(i, j) {
+								continue
+							}
+							want[atom(i)]++
+							if i < j {
+								pairs++
+							}
+						}
+					}
+					floats.Scale(1/float64(pairs), want)
+					if got := st.BatchDegrees(nil); !floats.EqualApprox(got, want, 1e-12) {
+						t.Errorf("BatchDegrees %v, want %v", got, want)
+					}
+					if vOnly {
+						return
+					}
+					for a, l := range st.Clone().BatchDegrees(nil) {
+						if l != 0 {
+							t.Fatalf("a clone's degree of atom %d: %v, want 0 (nothing added to it)", a, l)
+						}
+					}
+				})
+			}
+		}
+	}
+	st := sgd.NewStats(sgd.StatsSettings{K: k})
+	st.AddTemporalVQ(randomVQ(rng, 30, k, 0.1), randomVQ(rng, 30, k, 0.1), randomVQ(rng, 30, k, 0.1))
+	if got := st.BatchDegrees(nil); !floats.Equal(got, make([]float64, st.Size())) {
+		t.Errorf("temporal: %v, want zeros", got)
 	}
 }
