@@ -305,7 +305,10 @@ func TestTakeoverAfterKills(t *testing.T) {
 	takeover := func(at uint64) {
 		t.Helper()
 		var st PipelineStatus
-		waitFor(t, 2*time.Minute, fmt.Sprintf("past seq %d", at), func() bool { st = status(); return st.LastSeq >= at })
+		waitFor(t, 2*time.Minute, fmt.Sprintf("past seq %d", at), func() bool {
+			st = status() // a standby that cannot read the lease names no owner
+			return st.LastSeq >= at && daemons[st.Owner] != nil
+		})
 		owner := daemons[st.Owner]
 		owner.signal(t, syscall.SIGKILL)
 		killed := time.Now()

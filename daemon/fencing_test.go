@@ -50,7 +50,10 @@ func TestFencingFrozenOwner(t *testing.T) {
 		t.Fatalf("replayed %d of %d", got, n)
 	}
 	var st PipelineStatus
-	waitFor(t, 2*time.Minute, "past seq 200", func() bool { st = status(); return st.LastSeq >= 200 })
+	waitFor(t, 2*time.Minute, "past seq 200", func() bool {
+		st = status() // a standby that cannot read the lease names no owner
+		return st.LastSeq >= 200 && daemons[st.Owner] != nil
+	})
 	frozen := daemons[st.Owner]
 	frozen.signal(t, syscall.SIGSTOP)
 	t.Logf("%s (epoch %d) frozen after seq %d", frozen.name, st.Epoch, st.LastSeq)
