@@ -43,7 +43,7 @@ func BenchmarkStatsAddImagesVQ(b *testing.B) {
 			})
 		}
 	}
-	// V and the minibatch's diag of L, what the SGD step needs.
+	// V and the minibatch's degrees, what the SGD step needs.
 	for _, k := range []int{256, 4096} {
 		b.Run(fmt.Sprintf("K=%d/range=3/v-only", k), func(b *testing.B) {
 			benchStatsAdd(b, sgd.StatsSettings{K: k, Range: 3, Memory: 5e6, VOnly: true})

@@ -432,7 +432,7 @@ func (m *SMT) gradient(d int) int64 {
 	m.cnt = grow(m.cnt, m.n)
 	var cols int64
 	for _, sg := range m.seg {
-		if d == 0 || d >= max(sg.rows, sg.cols)-1 {
+		if sg.whole(d) {
 			cols += m.gradWhole(sg, beta)
 		} else {
 			cols += m.gradWindow(sg, d, beta)

@@ -323,6 +323,10 @@ func (st *Stats) symTo(dst *mat.SymDense, diag []float64, off *tri, hasOff bool,
 // its grid shape.
 type segment struct{ first, rows, cols int }
 
+// whole reports whether range d takes in the whole grid: 0, or as far as
+// the grid reaches.
+func (sg segment) whole(d int) bool { return d == 0 || d >= max(sg.rows, sg.cols)-1 }
+
 // imageSegments returns in dst the grids of a minibatch of images laid
 // out image after image. It panics with mat.ErrShape if n != images·grid.Len().
 func imageSegments(dst []segment, n, images int, g online.PatchGrid) []segment {
@@ -422,8 +426,8 @@ func (st *Stats) BatchDegrees(dst []float64) []float64 {
 	return normalised(dst, st.lastDeg, float64(st.lastPairs))
 }
 
-// begin forgets the last minibatch's degrees as another is added.
-func (st *Stats) begin() {
+// resetDegrees forgets the last minibatch's degrees as another is added.
+func (st *Stats) resetDegrees() {
 	if len(st.lastDeg) != st.n {
 		st.lastDeg = make([]float64, st.n)
 	}
@@ -439,7 +443,7 @@ func (st *Stats) addDegrees(seg []segment) {
 	c := &st.c
 	for _, sg := range seg {
 		d := st.s.Range
-		if d == 0 || d >= max(sg.rows, sg.cols)-1 {
+		if sg.whole(d) {
 			n := 0
 			for i := sg.first; i < sg.first+sg.rows*sg.cols; i++ {
 				if !c.empty(i) {
@@ -553,7 +557,7 @@ func (st *Stats) addGrid(seg []segment) {
 		panic("sgd: multi-hot codes need StatsSettings.MultiHot")
 	}
 	st.forget(c.counted)
-	st.begin()
+	st.resetDegrees()
 	if c.oneHot {
 		st.addDegrees(seg)
 	}
@@ -564,7 +568,7 @@ func (st *Stats) addGrid(seg []segment) {
 	if !st.s.VOnly {
 		for _, sg := range seg {
 			d := st.s.Range
-			if d == 0 || d >= max(sg.rows, sg.cols)-1 {
+			if sg.whole(d) {
 				st.addWhole(sg, inv)
 			} else if c.oneHot {
 				st.addWindowOneHot(sg, d, inv)

@@ -520,7 +520,8 @@ func TestStatsBatchDegrees(t *testing.T) {
 	const k = 7
 	grid := online.PatchGrid{Width: 7, Height: 7, Size: 2} // 6×6 grid
 	rng := rand.New(rand.NewPCG(9, 10))
-	// neighbours reports whether rows i and j of a batch are neighbours.
+	// A minibatch: how it is added, its rows, and whether two of its rows
+	// are neighbours.
 	type batch struct {
 		add        func(st *sgd.Stats, codes []int)
 		n          int

@@ -54,7 +54,7 @@ func (st *Stats) AddTemporalVQ(prev, cur, next []int) {
 		return
 	}
 	st.forget(counted)
-	st.begin()
+	st.resetDegrees()
 	inv := 1 / st.g
 	for p := 0; p < n; p++ {
 		st.addV(n+p, inv)
@@ -117,7 +117,7 @@ func (st *Stats) AddTemporalGQ(prev, cur, next *online.SparseCodes) {
 		return
 	}
 	st.forget(counted)
-	st.begin()
+	st.resetDegrees()
 	inv := 1 / st.g
 	for p := 0; p < n; p++ {
 		var b blankCode
