@@ -186,9 +186,7 @@ func TestStatusCountsOnlyServedLearning(t *testing.T) {
 	d := startDaemon(t, testConfig(t, p))
 	nc := connect(t, d.ClientURL())
 	n := replayFile(t, nc, "mnist-train-1000.smtdrec", "mnist.images")
-	// Polled without pause: the window between a count and its snapshot
-	// is short.
-	for polls, deadline := 0, time.Now().Add(time.Minute); ; polls++ {
+	for polls := 0; ; polls++ {
 		st := pipelineStatus(d, "digits")
 		if most := int64(st.ModelVersion) * int64(p.Batch.Size); st.Learned > most {
 			t.Fatalf("poll %d: %d samples learned, but the served model, version %d, holds at most %d", polls, st.Learned, st.ModelVersion, most)
@@ -196,8 +194,8 @@ func TestStatusCountsOnlyServedLearning(t *testing.T) {
 		if st.Learned == int64(n) {
 			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("stream not learned in a minute: %d of %d", st.Learned, n)
+		if polls > 1e7 {
+			t.Fatalf("stream not learned: %d of %d", st.Learned, n)
 		}
 	}
 }
