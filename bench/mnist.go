@@ -127,6 +127,7 @@ func MNIST(ctx context.Context, w io.Writer, args []string) error {
 		return fmt.Errorf("bench mnist: status: %w", err)
 	}
 	reseeded := st.Pipelines[0].Model["atoms_reseeded"]
+	bounded := st.Pipelines[0].Model["smt_atom_steps_bounded"]
 
 	// A checkpoint brings a closed-form P up to date (one solve).
 	t0 = time.Now()
@@ -181,6 +182,7 @@ func MNIST(ctx context.Context, w io.Writer, args []string) error {
 	line("learn_images_per_s", fmt.Sprintf("%.0f", seen/learnTime.Seconds()))
 	line("learn_patches_per_s", fmt.Sprintf("%.0f", seen*float64(patches)/learnTime.Seconds()))
 	line("atoms_reseeded", reseeded)
+	line("smt_atom_steps_bounded", bounded)
 	line("solve_seconds", fmt.Sprintf("%.1f", solveTime.Seconds()))
 	line("embed_seconds", fmt.Sprintf("%.1f", embedTime.Seconds()))
 	line("embed_images_per_s", fmt.Sprintf("%.0f", float64(*nTrain+*nTest)/embedTime.Seconds()))

@@ -63,15 +63,18 @@ func digitsDir(t *testing.T, seed uint64, test int) string {
 }
 
 // bench mnist streams as many passes as asked, reports the atoms k-means
-// re-seeded, and refuses a pass count below one.
+// re-seeded and the SMT atom-steps bounded, and refuses a pass count below
+// one.
 func TestMNISTPassesAndReseeds(t *testing.T) {
 	dir := digitsDir(t, 7, 32)
 	lines := runBench(t, MNIST, "-mnist", dir, "-k", "16", "-dim", "4", "-batch", "8", "-passes", "3")
 	if lines["passes"] != "3" {
 		t.Errorf("passes: %q, want 3", lines["passes"])
 	}
-	if n, err := strconv.Atoi(lines["atoms_reseeded"]); err != nil || n < 0 {
-		t.Errorf("atoms_reseeded: %q, want a count", lines["atoms_reseeded"])
+	for _, name := range []string{"atoms_reseeded", "smt_atom_steps_bounded"} {
+		if n, err := strconv.Atoi(lines[name]); err != nil || n < 0 {
+			t.Errorf("%s: %q, want a count", name, lines[name])
+		}
 	}
 	if top1, err := strconv.ParseFloat(lines["top1"], 64); err != nil || top1 < 90 {
 		t.Errorf("top1: %q, want bars told apart (≥ 90%%)", lines["top1"])

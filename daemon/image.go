@@ -684,6 +684,7 @@ func (m *imageModel) describe() map[string]any {
 		d["smt_dim"] = m.smt.Settings().Dim
 		d["smt_solver"] = m.solver
 		d["smt_steps"] = m.smt.Steps()
+		d["smt_atom_steps_bounded"] = m.smt.BoundedAtomSteps()
 		d["output_dim"] = m.pool.Len(g, m.smt.Settings().Dim)
 		c := m.frameCounts
 		if m.frames != nil {

@@ -152,6 +152,8 @@ type SMT struct {
 	pt    *mat.Dense // n×Dim: row a is column a of P
 	unit  *mat.Dense // rows of pt scaled to unit norm (zero rows stay zero)
 	steps int64
+	// bounded counts the atom-steps whose V_aa step 1 raised (see SMT).
+	bounded int64
 
 	c     csr
 	cat   []int
@@ -236,6 +238,14 @@ func (m *SMT) Size() int { return m.n }
 
 // Steps returns the number of SGD steps taken.
 func (m *SMT) Steps() int64 { return m.steps }
+
+// BoundedAtomSteps returns how many times step 1 has raised an atom's
+// V_aa to 2γ₀η_t·d_a (see SMT), summed over the steps taken: how often
+// an atom was so much more frequent in its minibatch than in V that its
+// uncapped step would have thrown its column past its neighbours. A
+// count that keeps growing late in a run says the rate anneals too
+// slowly for the minibatches (LearningRate, Decay).
+func (m *SMT) BoundedAtomSteps() int64 { return m.bounded }
 
 // P returns a read-only Dim×Size() view of P. The view follows later
 // updates; Clone the SMT for a fixed copy.
@@ -617,12 +627,17 @@ func (m *SMT) finishStep(st *Stats, cols int64) error {
 
 	// Step 1: P ← P − 2γ₀η P L_b V⁻¹, as Pᵀ ← Pᵀ − 2γ₀η V⁻¹ (P L_b)ᵀ,
 	// each V_aa raised to at least 2γ₀η d_a (see SMT).
+	var bounded int64
 	if step != 0 {
 		if st.DiagonalV() {
 			m.deg = st.BatchDegrees(m.deg)
 			reach := 2 * m.s.gamma0() * eta
 			for a := 0; a < n; a++ {
-				v := max(m.v[a], reach*m.deg[a])
+				v := m.v[a]
+				if b := reach * m.deg[a]; b > v {
+					v = b
+					bounded++
+				}
 				axpy(nr.Data[a*nr.Stride:a*nr.Stride+dim], -step/v, gr.Data[a*gr.Stride:a*gr.Stride+dim])
 			}
 		} else {
@@ -655,6 +670,7 @@ func (m *SMT) finishStep(st *Stats, cols int64) error {
 	}
 	m.pt, m.next = m.next, m.pt
 	m.steps++
+	m.bounded += bounded
 	m.refresh()
 	return nil
 }
@@ -740,14 +756,14 @@ func (m *SMT) CloneInto(dst *SMT) *SMT {
 	if dst == nil || dst.n != m.n || dst.s.Dim != m.s.Dim {
 		dst = newSMT(m.s)
 	}
-	*dst = SMT{s: m.s, n: m.n, pt: dst.pt, unit: dst.unit, steps: m.steps, pool: m.pool}
+	*dst = SMT{s: m.s, n: m.n, pt: dst.pt, unit: dst.unit, steps: m.steps, bounded: m.bounded, pool: m.pool}
 	dst.pt.Copy(m.pt)
 	dst.unit.Copy(m.unit)
 	return dst
 }
 
-// MarshalBinary encodes the settings, the step count and P, float64s
-// bit-exact.
+// MarshalBinary encodes the settings, the step count, P (float64s
+// bit-exact) and the count of bounded atom-steps.
 func (m *SMT) MarshalBinary() ([]byte, error) {
 	e := state.NewEncoder(make([]byte, 0, 96+8*m.n*m.s.Dim))
 	e.U8(stateVersion)
@@ -761,6 +777,7 @@ func (m *SMT) MarshalBinary() ([]byte, error) {
 	e.F64(m.s.Gamma1)
 	e.I64(m.steps)
 	e.F64s(m.pt.RawMatrix().Data)
+	e.I64(m.bounded)
 	return e.Bytes(), nil
 }
 
@@ -784,17 +801,21 @@ func (m *SMT) UnmarshalBinary(data []byte) error {
 	steps := d.I64()
 	p := make([]float64, m.n*m.s.Dim)
 	d.F64s(p)
+	var bounded int64
+	if d.Len() > 0 { // states written before the count have none
+		bounded = d.I64()
+	}
 	if !d.Done() {
 		return fmt.Errorf("%w: SMT state of %d bytes is truncated or too long", ErrFormat, len(data))
 	}
 	if err := s.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrFormat, err)
 	}
-	if steps < 0 || !finite(p) {
+	if steps < 0 || bounded < 0 || !finite(p) {
 		return fmt.Errorf("%w: SMT values out of range", ErrFormat)
 	}
 	m.s = s
-	m.steps = steps
+	m.steps, m.bounded = steps, bounded
 	m.pt = mat.NewDense(m.n, m.s.Dim, p)
 	m.refresh()
 	return nil

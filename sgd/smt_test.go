@@ -18,7 +18,8 @@ import (
 //	P ← P − c P L_b V'⁻¹,  shrink by thr·V_jj,  P ← (PVPᵀ)^(−1/2) P,
 //
 // V' = V, or with degrees V'_jj = max(V_jj, c·deg_j) (Stats.BatchDegrees).
-func expectedStep(p *mat.Dense, lb, v *mat.Dense, c, thr float64, deg []float64) *mat.Dense {
+// It also returns the number of atoms whose V_jj the degrees raised.
+func expectedStep(p *mat.Dense, lb, v *mat.Dense, c, thr float64, deg []float64) (*mat.Dense, int64) {
 	n := v.RawMatrix().Rows
 	vr := mat.DenseCopyOf(v)
 	var sum float64
@@ -35,8 +36,12 @@ func expectedStep(p *mat.Dense, lb, v *mat.Dense, c, thr float64, deg []float64)
 		}
 	}
 	vs := mat.DenseCopyOf(vr)
+	var raised int64
 	for a, d := range deg {
-		vs.Set(a, a, math.Max(vr.At(a, a), c*d))
+		if c*d > vr.At(a, a) {
+			vs.Set(a, a, c*d)
+			raised++
+		}
 	}
 	var g, vinv, step mat.Dense
 	g.Mul(p, lb)
@@ -81,7 +86,7 @@ func expectedStep(p *mat.Dense, lb, v *mat.Dense, c, thr float64, deg []float64)
 	half.Mul(&us, u.T())
 	var out mat.Dense
 	out.Mul(&half, &next)
-	return &out
+	return &out, raised
 }
 
 func TestSMTStepMatchesDefinition(t *testing.T) {
@@ -119,6 +124,7 @@ func TestSMTStepMatchesDefinition(t *testing.T) {
 			}
 			s := sgd.SMTSettings{K: k, Blank: tc.blank, Dim: dim, LearningRate: rate, Decay: 0.5, Gamma0: 1.5, Gamma1: tc.gamma1}
 			capBound := false // whether the cap changed a step
+			var bounded int64 // atoms whose V_aa the cap raised, summed over the steps
 			m := sgd.NewSMT(s, rand.NewPCG(1, 2))
 			for step := 0; step < 3; step++ {
 				n := images * grid.Len()
@@ -130,7 +136,7 @@ func TestSMTStepMatchesDefinition(t *testing.T) {
 					batch.AddImagesGQ(c, images, grid)
 					before := mat.DenseCopyOf(m.P())
 					eta := s.LearningRate / (1 + s.Decay*float64(step))
-					want := expectedStep(before, denseOfSym(batch, true), denseOfSym(st, false), 2*s.Gamma0*eta, eta*s.Gamma1, nil)
+					want, _ := expectedStep(before, denseOfSym(batch, true), denseOfSym(st, false), 2*s.Gamma0*eta, eta*s.Gamma1, nil)
 					err = m.StepImagesGQ(st, c, images, grid)
 					equalApprox(t, "P", m.P(), want, 1e-8)
 				} else {
@@ -140,8 +146,9 @@ func TestSMTStepMatchesDefinition(t *testing.T) {
 					before := mat.DenseCopyOf(m.P())
 					eta := s.LearningRate / (1 + s.Decay*float64(step))
 					lb, v := denseOfSym(batch, true), denseOfSym(st, false)
-					want := expectedStep(before, lb, v, 2*s.Gamma0*eta, eta*s.Gamma1, st.BatchDegrees(nil))
-					uncapped := expectedStep(before, lb, v, 2*s.Gamma0*eta, eta*s.Gamma1, nil)
+					want, raised := expectedStep(before, lb, v, 2*s.Gamma0*eta, eta*s.Gamma1, st.BatchDegrees(nil))
+					uncapped, _ := expectedStep(before, lb, v, 2*s.Gamma0*eta, eta*s.Gamma1, nil)
+					bounded += raised
 					capBound = capBound || !mat.EqualApprox(want, uncapped, 1e-6)
 					err = m.StepImagesVQ(st, c, images, grid)
 					equalApprox(t, "P", m.P(), want, 1e-8)
@@ -155,6 +162,12 @@ func TestSMTStepMatchesDefinition(t *testing.T) {
 			}
 			if capBound != (tc.rate != 0) {
 				t.Errorf("the cap on an atom's step changed a step: %v, want %v (η = %v)", capBound, tc.rate != 0, rate)
+			}
+			if got := m.BoundedAtomSteps(); got != bounded {
+				t.Errorf("BoundedAtomSteps %d, want %d", got, bounded)
+			}
+			if capBound && bounded == 0 {
+				t.Error("the cap changed a step but no atom was counted")
 			}
 		})
 	}
@@ -171,7 +184,7 @@ func TestSMTStepSequencesAndTemporal(t *testing.T) {
 		codes, lengths := randomVQ(rng, 40, k, 0.1), []int{10, 25, 5}
 		st.AddSequencesVQ(codes, lengths)
 		batch.AddSequencesVQ(codes, lengths)
-		want := expectedStep(mat.DenseCopyOf(m.P()), denseOfSym(batch, true), denseOfSym(st, false), 2*s.LearningRate, 0, st.BatchDegrees(nil))
+		want, _ := expectedStep(mat.DenseCopyOf(m.P()), denseOfSym(batch, true), denseOfSym(st, false), 2*s.LearningRate, 0, st.BatchDegrees(nil))
 		if err := m.StepSequencesVQ(st, codes, lengths); err != nil {
 			t.Fatal(err)
 		}
@@ -185,7 +198,7 @@ func TestSMTStepSequencesAndTemporal(t *testing.T) {
 		batch := sgd.NewStats(ss)
 		st.AddTemporalVQ(f0, f1, f2)
 		batch.AddTemporalVQ(f0, f1, f2)
-		want := expectedStep(mat.DenseCopyOf(m.P()), denseOfSym(batch, true), denseOfSym(st, false), 2*s.LearningRate, 0, st.BatchDegrees(nil))
+		want, _ := expectedStep(mat.DenseCopyOf(m.P()), denseOfSym(batch, true), denseOfSym(st, false), 2*s.LearningRate, 0, st.BatchDegrees(nil))
 		if err := m.StepTemporalVQ(st, f0, f1, f2); err != nil {
 			t.Fatal(err)
 		}
@@ -216,7 +229,9 @@ func TestSMTMarshalExact(t *testing.T) {
 	rng := rand.New(rand.NewPCG(27, 28))
 	ss := sgd.StatsSettings{K: 10, Range: 2}
 	st := sgd.NewStats(ss)
-	s := sgd.SMTSettings{K: 10, Dim: 4, LearningRate: 0.05, Decay: 0.1, Gamma1: 0.01}
+	// A rate at which the bound on an atom's step binds, so that the
+	// count of bounded atom-steps is restored too.
+	s := sgd.SMTSettings{K: 10, Dim: 4, LearningRate: 0.6, Decay: 0.1, Gamma1: 0.01}
 	a := sgd.NewSMT(s, rand.NewPCG(9, 10))
 	var batches [][]int
 	for i := 0; i < 6; i++ {
@@ -232,9 +247,21 @@ func TestSMTMarshalExact(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if a.BoundedAtomSteps() == 0 {
+		t.Fatal("no atom-step was bounded: the test does not see the count restored")
+	}
+	// A state written before the count existed (no trailing count)
+	// restores with none.
+	old := sgd.NewSMT(s, rand.NewPCG(1, 1))
+	if err := old.UnmarshalBinary(data[:len(data)-8]); err != nil || old.BoundedAtomSteps() != 0 || old.Steps() != a.Steps() {
+		t.Errorf("state without the count: %v, %d bounded, %d steps", err, old.BoundedAtomSteps(), old.Steps())
+	}
 	b := sgd.NewSMT(s, rand.NewPCG(1, 1))
 	if err := b.UnmarshalBinary(data); err != nil {
 		t.Fatal(err)
+	}
+	if b.BoundedAtomSteps() != a.BoundedAtomSteps() {
+		t.Errorf("restored %d bounded atom-steps, want %d", b.BoundedAtomSteps(), a.BoundedAtomSteps())
 	}
 	c := a.Clone()
 	for _, codes := range batches[3:] {
@@ -301,7 +328,9 @@ func TestSMTStepGradientEqualsStep(t *testing.T) {
 	grid := online.PatchGrid{Width: 9, Height: 9, Size: 3}
 	rng := rand.New(rand.NewPCG(29, 30))
 	st := sgd.NewStats(sgd.StatsSettings{K: 10, Range: 2})
-	s := sgd.SMTSettings{K: 10, Dim: 4, LearningRate: 0.05, Decay: 0.1, Gamma1: 0.01}
+	// A rate at which the bound on an atom's step binds, so that the
+	// count of bounded atom-steps is restored too.
+	s := sgd.SMTSettings{K: 10, Dim: 4, LearningRate: 0.6, Decay: 0.1, Gamma1: 0.01}
 	a := sgd.NewSMT(s, rand.NewPCG(9, 10))
 	b := a.Clone()
 	var g mat.Dense

@@ -192,7 +192,7 @@ func TestStepTemporalGQMatchesDefinition(t *testing.T) {
 				st.AddTemporalGQ(f0, f1, f2)
 				batch.AddTemporalGQ(f0, f1, f2)
 				eta := s.LearningRate / (1 + s.Decay*float64(step))
-				want := expectedStep(mat.DenseCopyOf(m.P()), denseOfSym(batch, true), denseOfSym(st, false), 2*eta, eta*s.Gamma1, nil)
+				want, _ := expectedStep(mat.DenseCopyOf(m.P()), denseOfSym(batch, true), denseOfSym(st, false), 2*eta, eta*s.Gamma1, nil)
 				if err := m.StepTemporalGQ(st, f0, f1, f2); err != nil {
 					t.Fatal(err)
 				}
