@@ -240,11 +240,10 @@ func (m *SMT) Size() int { return m.n }
 func (m *SMT) Steps() int64 { return m.steps }
 
 // BoundedAtomSteps returns how many times step 1 has raised an atom's
-// V_aa to 2γ₀η_t·d_a (see SMT), summed over the steps taken: how often
-// an atom was so much more frequent in its minibatch than in V that its
-// uncapped step would have thrown its column past its neighbours. A
-// count that keeps growing late in a run says the rate anneals too
-// slowly for the minibatches (LearningRate, Decay).
+// V_aa to 2γ₀η_t·d_a (see SMT), summed over the steps taken: the
+// atom-steps in which an atom was so much more frequent in its minibatch
+// than in V that its uncapped step would have moved its column past the
+// mean of its neighbours.
 func (m *SMT) BoundedAtomSteps() int64 { return m.bounded }
 
 // P returns a read-only Dim×Size() view of P. The view follows later
