@@ -10,6 +10,7 @@ import (
 	"math"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,7 +29,8 @@ import (
 // embed endpoint (which never trains) for the embeddings of the training
 // and test images, and reports the soft-KNN top-1 accuracy of
 // smt-minimalistic App. J (K = 30, T = 0.03, cosine) with wall time and
-// throughput per stage.
+// throughput per stage. With -seeds N it runs the same recipe N times from
+// consecutive seeds and also reports the spread of the top-1 scores.
 func MNIST(ctx context.Context, w io.Writer, args []string) error {
 	fs := flag.NewFlagSet("bench mnist", flag.ContinueOnError)
 	dir := fs.String("mnist", "../shared/data/mnist", "`directory` with the MNIST IDX files (gzip'd or not)")
@@ -53,12 +55,16 @@ func MNIST(ctx context.Context, w io.Writer, args []string) error {
 	kmMemory := fs.Float64("kmeans-memory", config.DefaultPipeline(config.Image, "").KMeans.Memory, "assigned patches an atom of average use averages over (inf: never forget)")
 	raw := fs.Bool("raw", false, "also report soft-KNN on raw pixels")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to `file`")
-	seed := fs.Uint64("seed", config.DefaultPipeline(config.Image, "").Seed, "the pipeline's seed (k-means++ seeding and re-seeding)")
+	seed := fs.Uint64("seed", config.DefaultPipeline(config.Image, "").Seed, "the pipeline's seed (k-means++ seeding and re-seeding, the SMT's initial P)")
+	seeds := fs.Int("seeds", 1, "runs, each from a new daemon, with seeds seed, seed+1, …; the per-run lines are the first run's, top1_* sum up all")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *passes < 1 {
 		return errors.New("bench mnist: -passes must be at least 1")
+	}
+	if *seeds < 1 {
+		return errors.New("bench mnist: -seeds must be at least 1")
 	}
 	train, err := dataset.ReadMNIST(*dir, "train")
 	if err != nil {
@@ -80,7 +86,6 @@ func MNIST(ctx context.Context, w io.Writer, args []string) error {
 	p.Batch.Size = *batch
 	p.Patches.Context = *mean
 	p.Whiten.Lambda = *lambda
-	p.Seed = *seed
 	p.KMeans.Decay = *kmDecay
 	p.KMeans.Memory = *kmMemory
 	p.SMT.Memory = *smtMemory
@@ -94,66 +99,14 @@ func MNIST(ctx context.Context, w io.Writer, args []string) error {
 		return err
 	}
 	defer stopProfile()
-	start := time.Now()
-	in, err := startDaemon(ctx, p, os.Stderr)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	nc, js, learned := in.nc, in.js, in.learned
-	cfg := config.Default() // the subjects of the daemon's endpoints
-	t0 := time.Now()
-	for pass := range *passes {
-		for i := range *nTrain {
-			if _, err := js.PublishMsgAsync(imageMsg(p.Input.Subject, train, i)); err != nil {
-				return err
-			}
-			// Publish a little ahead of the daemon, not the whole set.
-			for int64(pass**nTrain+i)-learned() > 2048 {
-				if err := wait(ctx, 2*time.Millisecond); err != nil {
-					return err
-				}
-			}
-		}
-	}
-	for learned() < int64(*passes**nTrain) {
-		if err := wait(ctx, 2*time.Millisecond); err != nil {
+	runs := make([]mnistRun, *seeds)
+	for i := range runs {
+		p.Seed = *seed + uint64(i)
+		if runs[i], err = runMNIST(ctx, p, train, test, *nTrain, *nTest, *passes); err != nil {
 			return err
 		}
 	}
-	learnTime := time.Since(t0)
-	st, err := in.status()
-	if err != nil {
-		return fmt.Errorf("bench mnist: status: %w", err)
-	}
-	reseeded := st.Pipelines[0].Model["atoms_reseeded"]
-	bounded := st.Pipelines[0].Model["smt_atom_steps_bounded"]
-
-	// A checkpoint brings a closed-form P up to date (one solve).
-	t0 = time.Now()
-	if _, err := nc.Request(cfg.Subject("control.checkpoint"), nil, 10*time.Minute); err != nil {
-		return fmt.Errorf("bench mnist: checkpoint: %w", err)
-	}
-	solveTime := time.Since(t0)
-
-	t0 = time.Now()
-	trainX, err := embedAll(nc, cfg.EmbedSubject(p.Name), *nTrain, func(s string, i int) *nats.Msg { return imageMsg(s, train, i) })
-	if err != nil {
-		return fmt.Errorf("bench mnist: %w", err)
-	}
-	testX, err := embedAll(nc, cfg.EmbedSubject(p.Name), *nTest, func(s string, i int) *nats.Msg { return imageMsg(s, test, i) })
-	if err != nil {
-		return fmt.Errorf("bench mnist: %w", err)
-	}
-	embedTime := time.Since(t0)
-
-	t0 = time.Now()
-	top1, err := knnTop1(trainX, train, testX, test)
-	if err != nil {
-		return err
-	}
-	knnTime := time.Since(t0)
-	wall := time.Since(start)
+	r := runs[0]
 
 	patches := p.PatchesPerImage()
 	seen := float64(*passes * *nTrain)
@@ -177,18 +130,33 @@ func MNIST(ctx context.Context, w io.Writer, args []string) error {
 	line("kmeans_decay", *kmDecay)
 	line("batch", *batch)
 	line("seed", *seed)
-	line("embedding_size", trainX.RawMatrix().Cols)
-	line("learn_seconds", fmt.Sprintf("%.1f", learnTime.Seconds()))
-	line("learn_images_per_s", fmt.Sprintf("%.0f", seen/learnTime.Seconds()))
-	line("learn_patches_per_s", fmt.Sprintf("%.0f", seen*float64(patches)/learnTime.Seconds()))
-	line("atoms_reseeded", reseeded)
-	line("smt_atom_steps_bounded", bounded)
-	line("solve_seconds", fmt.Sprintf("%.1f", solveTime.Seconds()))
-	line("embed_seconds", fmt.Sprintf("%.1f", embedTime.Seconds()))
-	line("embed_images_per_s", fmt.Sprintf("%.0f", float64(*nTrain+*nTest)/embedTime.Seconds()))
-	line("knn_seconds", fmt.Sprintf("%.1f", knnTime.Seconds()))
-	line("wall_seconds", fmt.Sprintf("%.1f", wall.Seconds()))
-	line("top1", fmt.Sprintf("%.2f", 100*top1))
+	line("embedding_size", r.embeddingSize)
+	line("learn_seconds", fmt.Sprintf("%.1f", r.learn.Seconds()))
+	line("learn_images_per_s", fmt.Sprintf("%.0f", seen/r.learn.Seconds()))
+	line("learn_patches_per_s", fmt.Sprintf("%.0f", seen*float64(patches)/r.learn.Seconds()))
+	line("atoms_reseeded", r.reseeded)
+	line("smt_atom_steps_bounded", r.bounded)
+	line("solve_seconds", fmt.Sprintf("%.1f", r.solve.Seconds()))
+	line("embed_seconds", fmt.Sprintf("%.1f", r.embed.Seconds()))
+	line("embed_images_per_s", fmt.Sprintf("%.0f", float64(*nTrain+*nTest)/r.embed.Seconds()))
+	line("knn_seconds", fmt.Sprintf("%.1f", r.knn.Seconds()))
+	line("wall_seconds", fmt.Sprintf("%.1f", r.wall.Seconds()))
+	line("top1", fmt.Sprintf("%.2f", 100*r.top1))
+	if len(runs) > 1 {
+		// The same recipe from other seeds: the spread that one run's
+		// top-1 carries besides the test set's sampling error.
+		scores := make([]string, len(runs))
+		lo, hi, sum := math.Inf(1), math.Inf(-1), 0.0
+		for i, run := range runs {
+			scores[i] = fmt.Sprintf("%.2f", 100*run.top1)
+			lo, hi, sum = min(lo, run.top1), max(hi, run.top1), sum+run.top1
+		}
+		line("seeds", len(runs))
+		line("top1_seeds", strings.Join(scores, " "))
+		line("top1_mean", fmt.Sprintf("%.3f", 100*sum/float64(len(runs))))
+		line("top1_min", fmt.Sprintf("%.2f", 100*lo))
+		line("top1_max", fmt.Sprintf("%.2f", 100*hi))
+	}
 	if *raw {
 		top1, err := knnTop1(pixelMatrix(train, *nTrain), train, pixelMatrix(test, *nTest), test)
 		if err != nil {
@@ -197,6 +165,82 @@ func MNIST(ctx context.Context, w io.Writer, args []string) error {
 		line("raw_pixels_top1", fmt.Sprintf("%.2f", 100*top1))
 	}
 	return nil
+}
+
+// mnistRun is what one run of bench mnist measured.
+type mnistRun struct {
+	learn, solve, embed, knn, wall time.Duration
+	reseeded, bounded              any // the daemon's status figures
+	embeddingSize                  int
+	top1                           float64
+}
+
+// runMNIST streams passes over the first nTrain images of train into a
+// new daemon learning p, embeds them and the first nTest of test through
+// its embed endpoint, and scores the soft-KNN top-1.
+func runMNIST(ctx context.Context, p config.Pipeline, train, test *dataset.Images, nTrain, nTest, passes int) (mnistRun, error) {
+	var r mnistRun
+	start := time.Now()
+	in, err := startDaemon(ctx, p, os.Stderr)
+	if err != nil {
+		return r, err
+	}
+	defer in.Close()
+	nc, js, learned := in.nc, in.js, in.learned
+	cfg := config.Default() // the subjects of the daemon's endpoints
+	t0 := time.Now()
+	for pass := range passes {
+		for i := range nTrain {
+			if _, err := js.PublishMsgAsync(imageMsg(p.Input.Subject, train, i)); err != nil {
+				return r, err
+			}
+			// Publish a little ahead of the daemon, not the whole set.
+			for int64(pass*nTrain+i)-learned() > 2048 {
+				if err := wait(ctx, 2*time.Millisecond); err != nil {
+					return r, err
+				}
+			}
+		}
+	}
+	for learned() < int64(passes*nTrain) {
+		if err := wait(ctx, 2*time.Millisecond); err != nil {
+			return r, err
+		}
+	}
+	r.learn = time.Since(t0)
+	st, err := in.status()
+	if err != nil {
+		return r, fmt.Errorf("bench mnist: status: %w", err)
+	}
+	r.reseeded = st.Pipelines[0].Model["atoms_reseeded"]
+	r.bounded = st.Pipelines[0].Model["smt_atom_steps_bounded"]
+
+	// A checkpoint brings a closed-form P up to date (one solve).
+	t0 = time.Now()
+	if _, err := nc.Request(cfg.Subject("control.checkpoint"), nil, 10*time.Minute); err != nil {
+		return r, fmt.Errorf("bench mnist: checkpoint: %w", err)
+	}
+	r.solve = time.Since(t0)
+
+	t0 = time.Now()
+	trainX, err := embedAll(nc, cfg.EmbedSubject(p.Name), nTrain, func(s string, i int) *nats.Msg { return imageMsg(s, train, i) })
+	if err != nil {
+		return r, fmt.Errorf("bench mnist: %w", err)
+	}
+	testX, err := embedAll(nc, cfg.EmbedSubject(p.Name), nTest, func(s string, i int) *nats.Msg { return imageMsg(s, test, i) })
+	if err != nil {
+		return r, fmt.Errorf("bench mnist: %w", err)
+	}
+	r.embed = time.Since(t0)
+	r.embeddingSize = trainX.RawMatrix().Cols
+
+	t0 = time.Now()
+	if r.top1, err = knnTop1(trainX, train, testX, test); err != nil {
+		return r, err
+	}
+	r.knn = time.Since(t0)
+	r.wall = time.Since(start)
+	return r, nil
 }
 
 // imageMsg is image i as a raw uint8 message with its label.

@@ -84,6 +84,31 @@ func TestMNISTPassesAndReseeds(t *testing.T) {
 	}
 }
 
+// bench mnist -seeds N runs the recipe from seeds seed…seed+N−1, prints
+// the first run's lines, and sums up the N top-1 scores, each that of a
+// run with that -seed alone.
+func TestMNISTSeeds(t *testing.T) {
+	dir := digitsDir(t, 8, 32)
+	args := []string{"-mnist", dir, "-k", "16", "-dim", "4", "-batch", "8"}
+	lines := runBench(t, MNIST, append(args, "-seed", "5", "-seeds", "2")...)
+	var want []string
+	for _, seed := range []string{"5", "6"} {
+		want = append(want, runBench(t, MNIST, append(args, "-seed", seed)...)["top1"])
+	}
+	if lines["seeds"] != "2" || lines["top1_seeds"] != strings.Join(want, " ") || lines["top1"] != want[0] {
+		t.Errorf("seeds %q, top1_seeds %q, top1 %q; want 2, %q, %q", lines["seeds"], lines["top1_seeds"], lines["top1"], strings.Join(want, " "), want[0])
+	}
+	lo, _ := strconv.ParseFloat(lines["top1_min"], 64)
+	mean, _ := strconv.ParseFloat(lines["top1_mean"], 64)
+	hi, _ := strconv.ParseFloat(lines["top1_max"], 64)
+	if !(lo > 0 && lo <= mean && mean <= hi) {
+		t.Errorf("top1_min %q, top1_mean %q, top1_max %q: want 0 < min ≤ mean ≤ max", lines["top1_min"], lines["top1_mean"], lines["top1_max"])
+	}
+	if err := MNIST(context.Background(), io.Discard, append(args, "-seeds", "0")); err == nil {
+		t.Error("-seeds 0 was accepted")
+	}
+}
+
 // bench mnist -validation trains on the training set but its last N
 // images and scores on those, and the SMT step's rate and decay reach
 // the pipeline (a rate out of range is refused by its config).
