@@ -27,7 +27,7 @@ var benchmarks = map[string]struct {
 	"disc":           {bench.Disc, "temporal SMT on the unit disc (sparse-manifold-transform section 2): landmark coordinates and Zernike polynomials in the embedding rows"},
 	"video":          {bench.Video, "temporal SMT on natural video panned over photos: straightening ratio on held-out clips vs sparse codes and PCA"},
 	"kmeans":         {bench.KMeans, "online spherical k-means: learning and assignment patches/s on whitened 6x6 MNIST patches, next to gonum dgemm GFLOP/s"},
-	"mnist":          {bench.MNIST, "SMT on MNIST streamed through the daemon: soft-KNN top-1 of its embeddings, time and throughput per stage"},
+	"mnist":          {bench.MNIST, "SMT on MNIST streamed through the daemon: soft-KNN top-1 of its embeddings (over several seeds with -seeds), time and throughput per stage"},
 	"moons":          {bench.Moons, "kernel similarity matching on half moons: normalised kernel error for n = 2..64 next to KPCA and Nyström"},
 	"ksm-mnist":      {bench.KSMMNIST, "kernel similarity matching on 20x20 MNIST: linear-classifier accuracy on the responses vs raw pixels, sparsity, receptive fields"},
 	"memory":         {bench.Memory, "resident memory at 10% and 100% of a long MNIST replay through the daemon (default one million patches)"},
