@@ -269,6 +269,20 @@ func startCluster(t testing.TB, p config.Pipeline) *testCluster {
 	return c
 }
 
+// ownerPast waits up to two minutes until status names one of daemons as
+// the pipeline's owner with the pipeline past seq, and returns that
+// status. A standby that cannot read the lease at that moment reports the
+// LastSeq of the checkpoint it serves but no owner.
+func ownerPast(t testing.TB, status func() PipelineStatus, daemons map[string]*childDaemon, seq uint64) PipelineStatus {
+	t.Helper()
+	var st PipelineStatus
+	waitFor(t, 2*time.Minute, fmt.Sprintf("an owner past seq %d", seq), func() bool {
+		st = status()
+		return st.LastSeq >= seq && daemons[st.Owner] != nil
+	})
+	return st
+}
+
 // waitForOwner waits until a daemon of the test cluster (prefix cl) owns
 // p and p's input stream can be reached.
 func waitForOwner(t testing.TB, nc *nats.Conn, js jetstream.JetStream, p config.Pipeline) {
@@ -304,11 +318,7 @@ func TestTakeoverAfterKills(t *testing.T) {
 
 	takeover := func(at uint64) {
 		t.Helper()
-		var st PipelineStatus
-		waitFor(t, 2*time.Minute, fmt.Sprintf("past seq %d", at), func() bool {
-			st = status() // a standby that cannot read the lease names no owner
-			return st.LastSeq >= at && daemons[st.Owner] != nil
-		})
+		st := ownerPast(t, status, daemons, at)
 		owner := daemons[st.Owner]
 		owner.signal(t, syscall.SIGKILL)
 		killed := time.Now()

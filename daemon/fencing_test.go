@@ -49,11 +49,7 @@ func TestFencingFrozenOwner(t *testing.T) {
 	if got := replayFile(t, nc, stream, "fence.kid"); got != n {
 		t.Fatalf("replayed %d of %d", got, n)
 	}
-	var st PipelineStatus
-	waitFor(t, 2*time.Minute, "past seq 200", func() bool {
-		st = status() // a standby that cannot read the lease names no owner
-		return st.LastSeq >= 200 && daemons[st.Owner] != nil
-	})
+	st := ownerPast(t, status, daemons, 200)
 	frozen := daemons[st.Owner]
 	frozen.signal(t, syscall.SIGSTOP)
 	t.Logf("%s (epoch %d) frozen after seq %d", frozen.name, st.Epoch, st.LastSeq)

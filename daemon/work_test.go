@@ -199,11 +199,7 @@ func TestWorkersMatchSimulation(t *testing.T) {
 	c := startCluster(t, p)
 	nc, js, daemons, status := c.nc, c.js, c.daemons, c.status
 	n := replayFile(t, nc, stream, p.Input.Subject)
-	var st PipelineStatus
-	waitFor(t, 2*time.Minute, "a third of the stream", func() bool {
-		st = status() // a standby that cannot read the lease names no owner
-		return st.LastSeq >= uint64(n)/3 && daemons[st.Owner] != nil
-	})
+	st := ownerPast(t, status, daemons, uint64(n)/3)
 	for name, d := range daemons {
 		if name != st.Owner {
 			d.signal(t, syscall.SIGKILL)
@@ -212,10 +208,7 @@ func TestWorkersMatchSimulation(t *testing.T) {
 			break
 		}
 	}
-	waitFor(t, 2*time.Minute, "two thirds of the stream", func() bool {
-		st = status()
-		return st.LastSeq >= 2*uint64(n)/3 && daemons[st.Owner] != nil
-	})
+	st = ownerPast(t, status, daemons, 2*uint64(n)/3)
 	if st.LastSeq < uint64(n) {
 		daemons[st.Owner].signal(t, syscall.SIGKILL)
 		t.Logf("owner %s (epoch %d) killed after seq %d", st.Owner, st.Epoch, st.LastSeq)
