@@ -42,7 +42,7 @@ func MNIST(ctx context.Context, w io.Writer, args []string) error {
 	ctxRange := fs.Int("context", 3, "SMT context range in patch positions (0: whole image)")
 	solver := fs.String("solver", config.SolverSGD, "SMT solver: sgd or closed")
 	blank := fs.String("blank", "atom", "blank patches: atom or skip")
-	drop := fs.Int("drop", 0, "closed solver: smallest eigenvectors left out")
+	drop := fs.Int("drop", 0, "smt.drop: smallest eigenvectors left out (sgd: 0 or 1, the constant)")
 	nonRedundant := fs.Bool("nonredundant", false, "closed solver: choose the rows of P non-redundantly (Blau and Michaeli, Alg. 1); implies -solver closed")
 	passes := fs.Int("passes", 2, "passes over the training stream")
 	batch := fs.Int("batch", 32, "images per minibatch")

@@ -705,8 +705,11 @@ type SMT struct {
 	// SolveEvery re-solves the closed form every this many minibatches
 	// (and before every checkpoint). Default 100.
 	SolveEvery int `yaml:"solve_every" live:"true"`
-	// Drop leaves out this many of the smallest eigenvectors in the
-	// closed form (the first is the constant function). Default 0.
+	// Drop leaves out this many of the smallest eigenvectors (the first
+	// is the constant function, which embeds every atom alike): any
+	// number with the closed solver; 0 or 1 with sgd, which keeps P
+	// orthogonal to the constant (vq codes). It helps at low dimensions
+	// (MNIST, dimension 4: BENCHMARKS.md). Default 0.
 	Drop int `yaml:"drop"`
 	// NonRedundant chooses the rows of the closed-form P one at a time,
 	// each unpredictable from the rows before it

@@ -44,6 +44,10 @@ func TestLoadFiles(t *testing.T) {
 			"query-pool.bad.yaml:4: service.learn_yield: must be in 0..1s, got -1ms",
 			"query-pool.bad.yaml:5: service.learn_nice: must be in 0..19 (0: learners at the daemon's priority), got 20",
 		}},
+		{file: "smt-drop.bad.yaml", wantErr: []string{
+			"smt-drop.bad.yaml:8: pipelines[0].smt.drop: sgd leaves out at most the constant eigenvector: must be 0 or 1 (more: use smt.solver closed), got 2",
+			"smt-drop.bad.yaml:16: pipelines[1].smt.drop: 1 with smt.solver sgd needs kmeans.code vq",
+		}},
 		{file: "observe.good.yaml"},
 		{file: "observe.bad.yaml", wantErr: []string{`observe.bad.yaml:2: observe.http: must be empty or host:port with port 0..65535, got "localhost"`}},
 		{file: "cluster.good.yaml"},

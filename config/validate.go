@@ -267,6 +267,8 @@ func (c *Config) validatePipeline(v *validator, p *Pipeline, path string) {
 	v.check(m.Memory == 0 || m.Memory >= 1000, f("smt.memory"), "must be 0 (never forget) or >= 1000, got %g", m.Memory)
 	v.check(m.SolveEvery >= 1 && m.SolveEvery <= 1<<30, f("smt.solve_every"), "must be in 1..2^30, got %d", m.SolveEvery)
 	v.check(m.Drop >= 0 && (m.Drop+m.Dim <= k.Atoms || k.Atoms < 1 || m.Dim > k.Atoms), f("smt.drop"), "must be >= 0 with drop+dim <= kmeans.atoms, got %d", m.Drop)
+	v.check(m.Solver != SolverSGD || m.Drop <= 1, f("smt.drop"), "sgd leaves out at most the constant eigenvector: must be 0 or 1 (more: use smt.solver closed), got %d", m.Drop)
+	v.check(m.Solver != SolverSGD || m.Drop == 0 || k.Code == CodeVQ, f("smt.drop"), "1 with smt.solver sgd needs kmeans.code vq")
 	v.check(!m.NonRedundant || (m.Solver == SolverClosed && k.Code == CodeVQ), f("smt.nonredundant"), "needs smt.solver closed and kmeans.code vq")
 	v.check(m.PoolKernel >= 1, f("smt.pool_kernel"), "must be >= 1, got %d", m.PoolKernel)
 	v.check(m.PoolStride >= 1, f("smt.pool_stride"), "must be >= 1, got %d", m.PoolStride)

@@ -173,6 +173,7 @@ func smtSettings(p *config.Pipeline, blank sgd.BlankMode) sgd.SMTSettings {
 	return sgd.SMTSettings{
 		K: p.KMeans.Atoms, Blank: blank, Dim: p.SMT.Dim, LearningRate: p.SMT.LearningRate,
 		Decay: p.SMT.Decay, Gamma0: p.SMT.Gamma0, Gamma1: p.SMT.Gamma1,
+		DropConstant: p.SMT.Solver == config.SolverSGD && p.SMT.Drop == 1,
 	}
 }
 

@@ -363,6 +363,10 @@ func shapeChanges(a, b *config.Pipeline) []string {
 		add("smt.blank", a.SMT.Blank, b.SMT.Blank)
 		add("smt.solver", a.SMT.Solver, b.SMT.Solver)
 		add("kmeans.code", a.KMeans.Code, b.KMeans.Code)
+		if b.SMT.Solver == config.SolverSGD {
+			// SGD's P lies in, or orthogonal to, the constant.
+			add("smt.drop", a.SMT.Drop, b.SMT.Drop)
+		}
 	}
 	return out
 }

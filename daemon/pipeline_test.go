@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -290,5 +291,27 @@ func TestCheckpointRefused(t *testing.T) {
 	err = d3.Start(context.Background())
 	if !errors.Is(err, ErrCheckpoint) || !strings.Contains(err.Error(), "CRC") {
 		t.Errorf("start on a corrupt checkpoint: %v, want a CRC error", err)
+	}
+}
+
+// smt.drop 1 makes the SGD keep P orthogonal to the constant, which a
+// checkpoint's P may not be: with sgd it is part of the model's shape;
+// the closed form is solved again from the statistics, so there it is not.
+func TestSMTDropShape(t *testing.T) {
+	p := config.DefaultPipeline(config.Image, "images")
+	q := p
+	q.SMT.Drop = 1
+	if got := newModel(&q, rand.NewPCG(1, 1)).(*imageModel).smt.Settings(); !got.DropConstant {
+		t.Errorf("smt.drop 1 with sgd: SMT settings %+v, want DropConstant", got)
+	}
+	if got := shapeChanges(&p, &q); len(got) != 1 || !strings.HasPrefix(got[0], "smt.drop 0 → 1") {
+		t.Errorf("shapeChanges = %v, want smt.drop only", got)
+	}
+	p.SMT.Solver, q.SMT.Solver = config.SolverClosed, config.SolverClosed
+	if got := newModel(&q, rand.NewPCG(1, 1)).(*imageModel).smt.Settings(); got.DropConstant {
+		t.Errorf("smt.drop 1 with the closed form: SMT settings %+v, want no DropConstant (the solver drops)", got)
+	}
+	if got := shapeChanges(&p, &q); len(got) != 0 {
+		t.Errorf("closed form: shapeChanges = %v, want none", got)
 	}
 }

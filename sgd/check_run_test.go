@@ -23,24 +23,14 @@ func TestCheckAlongMNISTSMT(t *testing.T) {
 	if err := m.Check(); err != nil {
 		t.Fatalf("random P: %v", err)
 	}
-	l := mnistGrid.Len()
-	for pass := range 3 {
-		for i := 0; i < d.nTrain; i += batch {
-			codes := d.train[i*l : (i+batch)*l]
-			if pass == 0 {
-				st.AddImagesVQ(codes, batch, mnistGrid)
-			}
-			if err := m.StepImagesVQ(st, codes, batch, mnistGrid); err != nil {
-				t.Fatal(err)
-			}
-			if err := st.Check(); err != nil {
-				t.Fatalf("pass %d, image %d: %v", pass, i, err)
-			}
-			if err := m.Check(); err != nil {
-				t.Fatalf("pass %d, image %d: %v", pass, i, err)
-			}
+	learnDigits(t, d, st, m, batch, 3, func(pass, i int) {
+		if err := st.Check(); err != nil {
+			t.Fatalf("pass %d, image %d: %v", pass, i, err)
 		}
-	}
+		if err := m.Check(); err != nil {
+			t.Fatalf("pass %d, image %d: %v", pass, i, err)
+		}
+	})
 }
 
 // Check holds along ADMM on 300 recorded MNIST digits (pixels, as the

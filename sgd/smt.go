@@ -41,6 +41,16 @@ type SMTSettings struct {
 	// no shrinkage, the default: the closed-form optimum of eq. 3 is then
 	// the fixed point. It must be >= 0.
 	Gamma1 float64
+	// DropConstant keeps every row p of P V-orthogonal to the constant
+	// function, p V 1 = 0, by projecting it out after step 2. With 1-hot
+	// codes each neighbour pair's α_i − α_j sums to zero, so L1 = 0: the
+	// constant is the eigenvector of eigenvalue 0 of L x = λ V x. It
+	// embeds every atom alike; kept, it spends a row of P on a component
+	// shared by all patches. Without it the iteration converges to the
+	// eigenvectors 1 ... Dim, with it to 2 ... Dim+1: the closed form
+	// with spectral.Settings Drop 1. It needs 1-hot statistics (diagonal
+	// V) and Dim < Size(), and cannot change live.
+	DropConstant bool
 }
 
 const defaultLearningRate = 0.1
@@ -67,6 +77,8 @@ func (s SMTSettings) Validate() error {
 		return fmt.Errorf("sgd: SMT gamma0 %v: must be > 0 (0 means 1)", s.Gamma0)
 	case !ok(s.Gamma1):
 		return fmt.Errorf("sgd: SMT gamma1 %v: must be >= 0", s.Gamma1)
+	case s.DropConstant && s.Dim >= s.Blank.atoms(s.K):
+		return fmt.Errorf("sgd: SMT dimension %d with the constant dropped: must be in [1, %d]", s.Dim, s.Blank.atoms(s.K)-1)
 	}
 	return nil
 }
@@ -170,6 +182,7 @@ type SMT struct {
 	boxN  []float64 // 2·cells workspace: window counts
 	v     []float64
 	deg   []float64 // the atoms' shares of the minibatch's pairs (Stats.BatchDegrees)
+	pv1   []float64 // Dim workspace: P V 1 (DropConstant)
 	m     mat.SymDense
 	eig   mat.EigenSym
 	vec   mat.Dense
@@ -219,14 +232,14 @@ func newSMT(s SMTSettings) *SMT {
 func (m *SMT) Settings() SMTSettings { return m.s }
 
 // SetSettings replaces the rates (LearningRate, Decay, Gamma0, Gamma1)
-// for live tuning. It refuses another K, Blank or Dim.
+// for live tuning. It refuses another K, Blank, Dim or DropConstant.
 func (m *SMT) SetSettings(s SMTSettings) error {
 	if err := s.Validate(); err != nil {
 		return err
 	}
-	if s.K != m.s.K || s.Blank != m.s.Blank || s.Dim != m.s.Dim {
-		return fmt.Errorf("sgd: SMT K, blank and dimension cannot change live (%d, %v, %d to %d, %v, %d)",
-			m.s.K, m.s.Blank, m.s.Dim, s.K, s.Blank, s.Dim)
+	if s.K != m.s.K || s.Blank != m.s.Blank || s.Dim != m.s.Dim || s.DropConstant != m.s.DropConstant {
+		return fmt.Errorf("sgd: SMT K, blank, dimension and DropConstant cannot change live (%d, %v, %d, %t to %d, %v, %d, %t)",
+			m.s.K, m.s.Blank, m.s.Dim, m.s.DropConstant, s.K, s.Blank, s.Dim, s.DropConstant)
 	}
 	m.s = s
 	return nil
@@ -313,6 +326,9 @@ func (m *SMT) checkStats(st *Stats) {
 	if st.s.K != m.s.K || st.s.Blank != m.s.Blank {
 		panic(fmt.Sprintf("sgd: SMT of K %d, blank %v stepped with stats of K %d, blank %v",
 			m.s.K, m.s.Blank, st.s.K, st.s.Blank))
+	}
+	if m.s.DropConstant && !st.DiagonalV() {
+		panic("sgd: SMT with DropConstant stepped with MultiHot statistics")
 	}
 }
 
@@ -660,6 +676,10 @@ func (m *SMT) finishStep(st *Stats, cols int64) error {
 		}
 	}
 
+	if m.s.DropConstant {
+		m.dropConstant()
+	}
+
 	// Step 3: P ← (P V Pᵀ)^(−1/2) P, as Pᵀ ← Pᵀ M^(−1/2), M = P V Pᵀ.
 	if err := m.orthogonalize(st, mean); err != nil {
 		return err
@@ -672,6 +692,28 @@ func (m *SMT) finishStep(st *Stats, cols int64) error {
 	m.bounded += bounded
 	m.refresh()
 	return nil
+}
+
+// dropConstant projects the constant function out of each row p of the
+// new P (m.next, transposed) in the metric of the regularised diagonal V
+// (m.v): p ← p − (p V 1 / 1ᵀV1) 1ᵀ, so that P V 1 = 0. Step 3 keeps it,
+// as it only mixes the rows.
+func (m *SMT) dropConstant() {
+	dim := m.s.Dim
+	nr := m.next.RawMatrix()
+	m.pv1 = grow(m.pv1, dim)
+	clear(m.pv1)
+	var total float64
+	for a, v := range m.v {
+		axpy(m.pv1, v, nr.Data[a*nr.Stride:a*nr.Stride+dim])
+		total += v
+	}
+	for l := range m.pv1 {
+		m.pv1[l] /= total
+	}
+	for a := range m.v {
+		axpy(nr.Data[a*nr.Stride:a*nr.Stride+dim], -1, m.pv1)
+	}
 }
 
 // factorV factorises the regularised V of MultiHot statistics into
@@ -762,7 +804,8 @@ func (m *SMT) CloneInto(dst *SMT) *SMT {
 }
 
 // MarshalBinary encodes the settings, the step count, P (float64s
-// bit-exact) and the count of bounded atom-steps.
+// bit-exact), the count of bounded atom-steps and DropConstant (the last
+// two after the rest, so that states written before them still decode).
 func (m *SMT) MarshalBinary() ([]byte, error) {
 	e := state.NewEncoder(make([]byte, 0, 96+8*m.n*m.s.Dim))
 	e.U8(stateVersion)
@@ -777,6 +820,7 @@ func (m *SMT) MarshalBinary() ([]byte, error) {
 	e.I64(m.steps)
 	e.F64s(m.pt.RawMatrix().Data)
 	e.I64(m.bounded)
+	e.U8(boolByte(m.s.DropConstant))
 	return e.Bytes(), nil
 }
 
@@ -804,13 +848,18 @@ func (m *SMT) UnmarshalBinary(data []byte) error {
 	if d.Len() > 0 { // states written before the count have none
 		bounded = d.I64()
 	}
+	var drop byte
+	if d.Len() > 0 { // nor before DropConstant
+		drop = d.U8()
+	}
+	s.DropConstant = drop == 1
 	if !d.Done() {
 		return fmt.Errorf("%w: SMT state of %d bytes is truncated or too long", ErrFormat, len(data))
 	}
 	if err := s.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrFormat, err)
 	}
-	if steps < 0 || bounded < 0 || !finite(p) {
+	if steps < 0 || bounded < 0 || drop > 1 || !finite(p) {
 		return fmt.Errorf("%w: SMT values out of range", ErrFormat)
 	}
 	m.s = s

@@ -231,7 +231,7 @@ func TestSMTMarshalExact(t *testing.T) {
 	st := sgd.NewStats(ss)
 	// A rate at which the bound on an atom's step binds, so that the
 	// count of bounded atom-steps is restored too.
-	s := sgd.SMTSettings{K: 10, Dim: 4, LearningRate: 0.6, Decay: 0.1, Gamma1: 0.01}
+	s := sgd.SMTSettings{K: 10, Dim: 4, LearningRate: 0.6, Decay: 0.1, Gamma1: 0.01, DropConstant: true}
 	a := sgd.NewSMT(s, rand.NewPCG(9, 10))
 	var batches [][]int
 	for i := 0; i < 6; i++ {
@@ -250,18 +250,26 @@ func TestSMTMarshalExact(t *testing.T) {
 	if a.BoundedAtomSteps() == 0 {
 		t.Fatal("no atom-step was bounded: the test does not see the count restored")
 	}
-	// A state written before the count existed (no trailing count)
-	// restores with none.
+	// A state written before the count existed (no trailing count, no
+	// DropConstant) restores with none; one written before DropConstant,
+	// with the count and without dropping.
 	old := sgd.NewSMT(s, rand.NewPCG(1, 1))
-	if err := old.UnmarshalBinary(data[:len(data)-8]); err != nil || old.BoundedAtomSteps() != 0 || old.Steps() != a.Steps() {
-		t.Errorf("state without the count: %v, %d bounded, %d steps", err, old.BoundedAtomSteps(), old.Steps())
+	if err := old.UnmarshalBinary(data[:len(data)-9]); err != nil || old.BoundedAtomSteps() != 0 || old.Steps() != a.Steps() || old.Settings().DropConstant {
+		t.Errorf("state without the count: %v, %d bounded, %d steps, %+v", err, old.BoundedAtomSteps(), old.Steps(), old.Settings())
+	}
+	old = sgd.NewSMT(s, rand.NewPCG(1, 1))
+	if err := old.UnmarshalBinary(data[:len(data)-1]); err != nil || old.BoundedAtomSteps() != a.BoundedAtomSteps() || old.Settings().DropConstant {
+		t.Errorf("state without DropConstant: %v, %d bounded, %+v", err, old.BoundedAtomSteps(), old.Settings())
+	}
+	if err := old.UnmarshalBinary(append(data[:len(data)-1:len(data)-1], 2)); !errors.Is(err, sgd.ErrFormat) {
+		t.Errorf("DropConstant byte 2: %v, want ErrFormat", err)
 	}
 	b := sgd.NewSMT(s, rand.NewPCG(1, 1))
 	if err := b.UnmarshalBinary(data); err != nil {
 		t.Fatal(err)
 	}
-	if b.BoundedAtomSteps() != a.BoundedAtomSteps() {
-		t.Errorf("restored %d bounded atom-steps, want %d", b.BoundedAtomSteps(), a.BoundedAtomSteps())
+	if b.BoundedAtomSteps() != a.BoundedAtomSteps() || !b.Settings().DropConstant {
+		t.Errorf("restored %d bounded atom-steps and %+v, want %d and DropConstant", b.BoundedAtomSteps(), b.Settings(), a.BoundedAtomSteps())
 	}
 	c := a.Clone()
 	for _, codes := range batches[3:] {
@@ -304,6 +312,8 @@ func TestSMTSettings(t *testing.T) {
 		{sgd.SMTSettings{K: 4, Dim: 2, Decay: math.Inf(1)}, false},
 		{sgd.SMTSettings{K: 4, Dim: 2, Gamma0: math.NaN()}, false},
 		{sgd.SMTSettings{K: 4, Dim: 2, Gamma1: -0.1}, false},
+		{sgd.SMTSettings{K: 4, Dim: 4, DropConstant: true}, true},
+		{sgd.SMTSettings{K: 4, Dim: 5, DropConstant: true}, false}, // the constant leaves K
 	} {
 		if err := tc.s.Validate(); (err == nil) != tc.ok {
 			t.Errorf("%+v: Validate() = %v, want ok %v", tc.s, err, tc.ok)
@@ -318,6 +328,9 @@ func TestSMTSettings(t *testing.T) {
 	}
 	if err := m.SetSettings(sgd.SMTSettings{K: 4, Dim: 3}); err == nil {
 		t.Error("changing Dim live was accepted")
+	}
+	if err := m.SetSettings(sgd.SMTSettings{K: 4, Dim: 2, DropConstant: true}); err == nil {
+		t.Error("changing DropConstant live was accepted")
 	}
 }
 
