@@ -120,6 +120,7 @@ func MNIST(ctx context.Context, w io.Writer, args []string) error {
 	line("context", *ctxRange)
 	line("solver", p.SMT.Solver)
 	line("nonredundant", fmt.Sprint(*nonRedundant))
+	line("drop", *drop)
 	line("blank", *blank)
 	line("kmeans_memory", *kmMemory)
 	line("smt_memory", *smtMemory)
@@ -136,6 +137,7 @@ func MNIST(ctx context.Context, w io.Writer, args []string) error {
 	line("learn_patches_per_s", fmt.Sprintf("%.0f", seen*float64(patches)/r.learn.Seconds()))
 	line("atoms_reseeded", r.reseeded)
 	line("smt_atom_steps_bounded", r.bounded)
+	line("smt_steps", r.steps)
 	line("solve_seconds", fmt.Sprintf("%.1f", r.solve.Seconds()))
 	line("embed_seconds", fmt.Sprintf("%.1f", r.embed.Seconds()))
 	line("embed_images_per_s", fmt.Sprintf("%.0f", float64(*nTrain+*nTest)/r.embed.Seconds()))
@@ -170,7 +172,7 @@ func MNIST(ctx context.Context, w io.Writer, args []string) error {
 // mnistRun is what one run of bench mnist measured.
 type mnistRun struct {
 	learn, solve, embed, knn, wall time.Duration
-	reseeded, bounded              any // the daemon's status figures
+	reseeded, bounded, steps       any // the daemon's status figures
 	embeddingSize                  int
 	top1                           float64
 }
@@ -214,6 +216,7 @@ func runMNIST(ctx context.Context, p config.Pipeline, train, test *dataset.Image
 	}
 	r.reseeded = st.Pipelines[0].Model["atoms_reseeded"]
 	r.bounded = st.Pipelines[0].Model["smt_atom_steps_bounded"]
+	r.steps = st.Pipelines[0].Model["smt_steps"]
 
 	// A checkpoint brings a closed-form P up to date (one solve).
 	t0 = time.Now()

@@ -63,8 +63,9 @@ func digitsDir(t *testing.T, seed uint64, test int) string {
 }
 
 // bench mnist streams as many passes as asked, reports the atoms k-means
-// re-seeded and the SMT atom-steps bounded, and refuses a pass count below
-// one.
+// re-seeded, the SMT atom-steps bounded and the SMT steps (one per
+// minibatch: 288 images in minibatches of at most 8), and refuses a pass
+// count below one.
 func TestMNISTPassesAndReseeds(t *testing.T) {
 	dir := digitsDir(t, 7, 32)
 	lines := runBench(t, MNIST, "-mnist", dir, "-k", "16", "-dim", "4", "-batch", "8", "-passes", "3")
@@ -75,6 +76,9 @@ func TestMNISTPassesAndReseeds(t *testing.T) {
 		if n, err := strconv.Atoi(lines[name]); err != nil || n < 0 {
 			t.Errorf("%s: %q, want a count", name, lines[name])
 		}
+	}
+	if n, err := strconv.Atoi(lines["smt_steps"]); err != nil || n < 3*96/8 || n > 3*96 {
+		t.Errorf("smt_steps: %q, want 36 to 288 for 3 passes over 96 images in minibatches of 8", lines["smt_steps"])
 	}
 	if top1, err := strconv.ParseFloat(lines["top1"], 64); err != nil || top1 < 90 {
 		t.Errorf("top1: %q, want bars told apart (≥ 90%%)", lines["top1"])
