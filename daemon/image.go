@@ -637,6 +637,15 @@ func (m *imageModel) restore(secs []Section) error {
 			return fmt.Errorf("%s: %w", p.name, err)
 		}
 	}
+	// shapeChanges found the config's smt.drop equal to the checkpoint's,
+	// but a P learned before the SGD applied smt.drop 1 kept the constant
+	// eigenvector: its state says which it is.
+	if m.smt != nil {
+		if got, want := smt.Settings().DropConstant, m.smt.Settings().DropConstant; got != want {
+			return fmt.Errorf("smt: P was learned with smt.drop %d but the config has %d (before the SGD solver applied smt.drop, it kept the constant eigenvector whatever smt.drop said): set smt.drop: %d to resume it, or move the checkpoint away",
+				dropped(got), dropped(want), dropped(got))
+		}
+	}
 	var since uint64
 	if m.smt != nil {
 		b, err := findSection(secs, "smt-solver")
@@ -662,6 +671,15 @@ func (m *imageModel) restore(secs []Section) error {
 	}
 	m.white, m.km, m.stats, m.smt, m.sinceSolve, m.frames = w, km, stats, smt, int(since), frames
 	return nil
+}
+
+// dropped is the smt.drop of an SGD that does or does not drop the
+// constant eigenvector.
+func dropped(constant bool) int {
+	if constant {
+		return 1
+	}
+	return 0
 }
 
 func (m *imageModel) describe() map[string]any {

@@ -307,6 +307,27 @@ func TestSMTDropShape(t *testing.T) {
 	if got := shapeChanges(&p, &q); len(got) != 1 || !strings.HasPrefix(got[0], "smt.drop 0 → 1") {
 		t.Errorf("shapeChanges = %v, want smt.drop only", got)
 	}
+	// Before the SGD applied smt.drop, a config with drop 1 learned a P
+	// with the constant, in a state without the trailing DropConstant
+	// byte: its checkpoint is refused with the setting that resumes it.
+	secs, err := newModel(&q, rand.NewPCG(1, 1)).sections()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := newModel(&q, rand.NewPCG(1, 1)).restore(secs); err != nil {
+		t.Errorf("restoring its own state: %v", err)
+	}
+	for i := range secs {
+		if secs[i].Name == "smt" {
+			secs[i].Data = secs[i].Data[:len(secs[i].Data)-1]
+		}
+	}
+	if err := newModel(&q, rand.NewPCG(1, 1)).restore(secs); err == nil || !strings.Contains(err.Error(), "set smt.drop: 0 to resume it") {
+		t.Errorf("restoring a P learned with the constant under smt.drop 1: %v, want a refusal naming smt.drop: 0", err)
+	}
+	if err := newModel(&p, rand.NewPCG(1, 1)).restore(secs); err != nil {
+		t.Errorf("the same with smt.drop 0: %v", err)
+	}
 	p.SMT.Solver, q.SMT.Solver = config.SolverClosed, config.SolverClosed
 	if got := newModel(&q, rand.NewPCG(1, 1)).(*imageModel).smt.Settings(); got.DropConstant {
 		t.Errorf("smt.drop 1 with the closed form: SMT settings %+v, want no DropConstant (the solver drops)", got)

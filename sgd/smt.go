@@ -48,8 +48,9 @@ type SMTSettings struct {
 	// embeds every atom alike; kept, it spends a row of P on a component
 	// shared by all patches. Without it the iteration converges to the
 	// eigenvectors 1 ... Dim, with it to 2 ... Dim+1: the closed form
-	// with spectral.Settings Drop 1. It needs 1-hot statistics (diagonal
-	// V) and Dim < Size(), and cannot change live.
+	// with spectral.Settings Drop 1. With Gamma1 > 0 the projection moves
+	// the entries that step 2 set to zero. It needs 1-hot statistics
+	// (diagonal V) and Dim < Size(), and cannot change live.
 	DropConstant bool
 }
 
@@ -804,8 +805,9 @@ func (m *SMT) CloneInto(dst *SMT) *SMT {
 }
 
 // MarshalBinary encodes the settings, the step count, P (float64s
-// bit-exact), the count of bounded atom-steps and DropConstant (the last
-// two after the rest, so that states written before them still decode).
+// bit-exact), the count of bounded atom-steps and, if set, DropConstant
+// (the last two after the rest, so that states written before them still
+// decode; without DropConstant the state is as before it existed).
 func (m *SMT) MarshalBinary() ([]byte, error) {
 	e := state.NewEncoder(make([]byte, 0, 96+8*m.n*m.s.Dim))
 	e.U8(stateVersion)
@@ -820,7 +822,9 @@ func (m *SMT) MarshalBinary() ([]byte, error) {
 	e.I64(m.steps)
 	e.F64s(m.pt.RawMatrix().Data)
 	e.I64(m.bounded)
-	e.U8(boolByte(m.s.DropConstant))
+	if m.s.DropConstant { // without it, the state an older smtd reads
+		e.U8(1)
+	}
 	return e.Bytes(), nil
 }
 

@@ -264,6 +264,13 @@ func TestSMTMarshalExact(t *testing.T) {
 	if err := old.UnmarshalBinary(append(data[:len(data)-1:len(data)-1], 2)); !errors.Is(err, sgd.ErrFormat) {
 		t.Errorf("DropConstant byte 2: %v, want ErrFormat", err)
 	}
+	// Without DropConstant the state is as before it existed, which an
+	// older smtd reads.
+	s0 := s
+	s0.DropConstant = false
+	if plain, _ := sgd.NewSMT(s0, rand.NewPCG(1, 1)).MarshalBinary(); len(plain) != len(data)-1 {
+		t.Errorf("state without DropConstant: %d bytes, want %d (no trailing byte)", len(plain), len(data)-1)
+	}
 	b := sgd.NewSMT(s, rand.NewPCG(1, 1))
 	if err := b.UnmarshalBinary(data); err != nil {
 		t.Fatal(err)
