@@ -146,7 +146,8 @@ func TestSGDReachesClosedForm(t *testing.T) {
 			if drop == 0 {
 				return
 			}
-			// Each row p of P: p V 1 against ‖p V^(1/2)‖ = 1.
+			// P V Pᵀ = I (checked above) gives each row p unit V-norm,
+			// so p V 1 is compared with 0 absolutely.
 			v := st.DiagV(nil)
 			for r := 0; r < dim; r++ {
 				var pv1 float64
