@@ -48,6 +48,7 @@ func MNIST(ctx context.Context, w io.Writer, args []string) error {
 	batch := fs.Int("batch", 32, "images per minibatch")
 	mean := fs.Int("mean-context", 3, "range d of the contextual mean")
 	lambda := fs.Float64("lambda", 0.1, "whitening λ")
+	minNorm := fs.Float64("min-norm", config.DefaultPipeline(config.Image, "").Patches.MinNorm, "whitened patches with a smaller norm are blank (patches.min_norm)")
 	smtMemory := fs.Float64("smt-memory", config.DefaultPipeline(config.Image, "").SMT.Memory, "patches the SMT statistics average over (0: never forget)")
 	smtRate := fs.Float64("smt-rate", config.DefaultPipeline(config.Image, "").SMT.LearningRate, "SMT SGD rate η (smt.learning_rate)")
 	smtDecay := fs.Float64("smt-decay", config.DefaultPipeline(config.Image, "").SMT.Decay, "SMT SGD rate decay per step (smt.decay)")
@@ -86,6 +87,7 @@ func MNIST(ctx context.Context, w io.Writer, args []string) error {
 	p.Batch.Size = *batch
 	p.Patches.Context = *mean
 	p.Whiten.Lambda = *lambda
+	p.Patches.MinNorm = *minNorm
 	p.KMeans.Decay = *kmDecay
 	p.KMeans.Memory = *kmMemory
 	p.SMT.Memory = *smtMemory
@@ -128,6 +130,7 @@ func MNIST(ctx context.Context, w io.Writer, args []string) error {
 	line("smt_decay", *smtDecay)
 	line("mean_context", *mean)
 	line("lambda", *lambda)
+	line("min_norm", *minNorm)
 	line("kmeans_decay", *kmDecay)
 	line("batch", *batch)
 	line("seed", *seed)
