@@ -33,6 +33,7 @@ import (
 // consecutive seeds and also reports the spread of the top-1 scores.
 func MNIST(ctx context.Context, w io.Writer, args []string) error {
 	fs := flag.NewFlagSet("bench mnist", flag.ContinueOnError)
+	def := config.DefaultPipeline(config.Image, "")
 	dir := fs.String("mnist", "../shared/data/mnist", "`directory` with the MNIST IDX files (gzip'd or not)")
 	nTrain := fs.Int("train", 60000, "training images streamed (the first N)")
 	nTest := fs.Int("test", 10000, "test images embedded (the first M)")
@@ -48,15 +49,15 @@ func MNIST(ctx context.Context, w io.Writer, args []string) error {
 	batch := fs.Int("batch", 32, "images per minibatch")
 	mean := fs.Int("mean-context", 3, "range d of the contextual mean")
 	lambda := fs.Float64("lambda", 0.1, "whitening λ")
-	minNorm := fs.Float64("min-norm", config.DefaultPipeline(config.Image, "").Patches.MinNorm, "whitened patches with a smaller norm are blank (patches.min_norm)")
-	smtMemory := fs.Float64("smt-memory", config.DefaultPipeline(config.Image, "").SMT.Memory, "patches the SMT statistics average over (0: never forget)")
-	smtRate := fs.Float64("smt-rate", config.DefaultPipeline(config.Image, "").SMT.LearningRate, "SMT SGD rate η (smt.learning_rate)")
-	smtDecay := fs.Float64("smt-decay", config.DefaultPipeline(config.Image, "").SMT.Decay, "SMT SGD rate decay per step (smt.decay)")
+	minNorm := fs.Float64("min-norm", def.Patches.MinNorm, "whitened patches with a smaller norm are blank (patches.min_norm)")
+	smtMemory := fs.Float64("smt-memory", def.SMT.Memory, "patches the SMT statistics average over (0: never forget)")
+	smtRate := fs.Float64("smt-rate", def.SMT.LearningRate, "SMT SGD rate η (smt.learning_rate)")
+	smtDecay := fs.Float64("smt-decay", def.SMT.Decay, "SMT SGD rate decay per step (smt.decay)")
 	kmDecay := fs.Float64("kmeans-decay", 0, "k-means rate decay per batch (anneals the dictionary)")
-	kmMemory := fs.Float64("kmeans-memory", config.DefaultPipeline(config.Image, "").KMeans.Memory, "assigned patches an atom of average use averages over (inf: never forget)")
+	kmMemory := fs.Float64("kmeans-memory", def.KMeans.Memory, "assigned patches an atom of average use averages over (inf: never forget)")
 	raw := fs.Bool("raw", false, "also report soft-KNN on raw pixels")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to `file`")
-	seed := fs.Uint64("seed", config.DefaultPipeline(config.Image, "").Seed, "the pipeline's seed (k-means++ seeding and re-seeding, the SMT's initial P)")
+	seed := fs.Uint64("seed", def.Seed, "the pipeline's seed (k-means++ seeding and re-seeding, the SMT's initial P)")
 	seeds := fs.Int("seeds", 1, "runs, each from a new daemon, with seeds seed, seed+1, …; the per-run lines are the first run's, top1_* sum up all")
 	if err := fs.Parse(args); err != nil {
 		return err
