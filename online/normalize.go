@@ -3,7 +3,7 @@ package online
 import (
 	"math"
 
-	"gonum.org/v1/gonum/blas/blas64"
+	"gonum.org/v1/gonum/floats"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -34,7 +34,10 @@ func NormalizeRows(x *mat.Dense, minNorm float64, blank []bool) []bool {
 	raw := x.RawMatrix()
 	for i := 0; i < r; i++ {
 		row := raw.Data[i*raw.Stride : i*raw.Stride+raw.Cols]
-		norm := blas64.Nrm2(blas64.Vector{N: len(row), Inc: 1, Data: row})
+		// A plain sum of squares: whitened patches are far from float64's
+		// overflow and underflow, and BLAS's scaled nrm2 costs as much as
+		// the rest of the normalisation several times over.
+		norm := math.Sqrt(floats.Dot(row, row))
 		if norm == 0 || norm < minNorm || math.IsNaN(norm) {
 			clear(row)
 			blank[i] = true
