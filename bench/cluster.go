@@ -727,5 +727,6 @@ func (r *workerRun) top1(ctx context.Context, train, test *dataset.Images, nTrai
 	if err != nil {
 		return 0, err
 	}
-	return knnTop1(trainX, train, testX, test)
+	top1, _, err := knnTop1(trainX, train, testX, test)
+	return top1, err
 }

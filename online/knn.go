@@ -260,34 +260,53 @@ func worse(a, b neighbour) bool {
 // wrapping ErrNotFinite if a row of x holds NaN or Inf, and panics with
 // mat.ErrShape if x does not have dim columns or dst one element per row.
 func (k *KNN) Classify(dst []int, x mat.Matrix) error {
+	return k.ClassifyVotes([][]int{dst}, []KNNVote{k.s.Vote}, x)
+}
+
+// ClassifyVotes is Classify under each of votes, from one search for the
+// neighbours: dst[v] gets the predictions under votes[v]. It panics if
+// dst and votes differ in length or a vote is unknown.
+func (k *KNN) ClassifyVotes(dst [][]int, votes []KNNVote, x mat.Matrix) error {
 	r, c := x.Dims()
-	if c != k.dim || len(dst) != r {
+	if len(dst) != len(votes) {
 		panic(mat.ErrShape)
 	}
+	for v, d := range dst {
+		if c != k.dim || len(d) != r {
+			panic(mat.ErrShape)
+		}
+		if votes[v] != VoteExp && votes[v] != VoteCosine {
+			panic(fmt.Sprintf("online: unknown %v", votes[v]))
+		}
+	}
 	if len(k.labels) == 0 {
-		for i := range dst {
-			dst[i] = -1
+		for _, d := range dst {
+			for i := range d {
+				d[i] = -1
+			}
 		}
 		return nil
 	}
 	invT := 1 / k.s.temperature()
 	z := make([]float64, k.classes)
 	return k.nearest(knnBest, x, func(q int, h []neighbour) {
-		clear(z)
-		for _, nb := range h {
-			w := float64(nb.cos)
-			if k.s.Vote == VoteExp {
-				w = math.Exp((w - 1) * invT) // exp(cos/T) up to a common factor
+		for v, vote := range votes {
+			clear(z)
+			for _, nb := range h {
+				w := float64(nb.cos)
+				if vote == VoteExp {
+					w = math.Exp((w - 1) * invT) // exp(cos/T) up to a common factor
+				}
+				z[k.labels[nb.idx]] += w
 			}
-			z[k.labels[nb.idx]] += w
-		}
-		best := 0
-		for cl, v := range z {
-			if v > z[best] {
-				best = cl
+			best := 0
+			for cl, zc := range z {
+				if zc > z[best] {
+					best = cl
+				}
 			}
+			dst[v][q] = best
 		}
-		dst[q] = best
 	})
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"testing"
 
@@ -143,6 +144,45 @@ func TestKNNVotes(t *testing.T) {
 		}
 		if got[0] != tc.want {
 			t.Errorf("%v vote: class %d, want %d", tc.vote, got[0], tc.want)
+		}
+	}
+}
+
+// TestKNNClassifyVotes checks that one search voted both ways predicts
+// what a classifier of each vote predicts alone, on the case above where
+// the votes disagree and on clusters.
+func TestKNNClassifyVotes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	all, cluster := knnClusters(rng, 4, 6, 1300, 0.9)
+	for _, tc := range []struct {
+		train, query *mat.Dense
+		labels       []int
+		k            int
+	}{
+		{mat.NewDense(3, 2, []float64{1, 0.01, 1, 0.5, 1, -0.5}), mat.NewDense(1, 2, []float64{1, 0}), []int{1, 0, 0}, 3},
+		{mat.DenseCopyOf(all.Slice(0, 1000, 0, 6)), mat.DenseCopyOf(all.Slice(1000, 1300, 0, 6)), cluster[:1000], 30},
+	} {
+		r, c := tc.query.Dims()
+		votes := []KNNVote{VoteExp, VoteCosine}
+		got := [][]int{make([]int, r), make([]int, r)}
+		k := NewKNN(KNNSettings{K: tc.k}, c)
+		if err := k.Add(tc.train, tc.labels); err != nil {
+			t.Fatal(err)
+		}
+		if err := k.ClassifyVotes(got, votes, tc.query); err != nil {
+			t.Fatal(err)
+		}
+		for v, vote := range votes {
+			want := make([]int, r)
+			if err := SoftKNN(want, tc.train, tc.labels, tc.query, KNNSettings{K: tc.k, Vote: vote}); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got[v], want) {
+				t.Errorf("%d queries, %v vote: ClassifyVotes and Classify differ", r, vote)
+			}
+		}
+		if r == 1 && got[0][0] == got[1][0] {
+			t.Errorf("the votes agree (%d) where they must not", got[0][0])
 		}
 	}
 }

@@ -21,6 +21,7 @@ func knnCmd(args []string, stdout, stderr io.Writer) error {
 	testPath := fs.String("test", "", "recording of labelled outputs to classify (required)")
 	k := fs.Int("k", 30, "neighbours")
 	temp := fs.Float64("t", 0.03, "temperature T")
+	vote := fs.String("vote", "exp", "how the neighbours vote: exp (weights exp(cos/T)) or cosine (weights cos, smt-minimalistic App. J as written; T then does not matter)")
 	redundancy := fs.Int("redundancy", 0, "also print the redundancy of the first N coordinates of the train vectors (non-redundant-spectral-dimensionality-reduction Fig. 3: the normalised error of regressing each on the ones before it; near 0 redundant, near 1 new)")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -28,6 +29,18 @@ func knnCmd(args []string, stdout, stderr io.Writer) error {
 	if *trainPath == "" || *testPath == "" || fs.NArg() > 0 {
 		fs.Usage()
 		return errUsage
+	}
+	s := online.KNNSettings{K: *k, Temperature: *temp}
+	switch *vote {
+	case "exp":
+		s.Vote = online.VoteExp
+	case "cosine":
+		s.Vote = online.VoteCosine
+	default:
+		return fmt.Errorf("smtd knn: -vote %q: must be exp or cosine", *vote)
+	}
+	if err := s.Validate(); err != nil {
+		return fmt.Errorf("smtd knn: %w", err)
 	}
 	trainX, trainY, err := readLabelled(*trainPath)
 	if err != nil {
@@ -41,7 +54,7 @@ func knnCmd(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("smtd knn: train vectors have %d values, test vectors %d", trainX.RawMatrix().Cols, c)
 	}
 	pred := make([]int, len(testY))
-	if err := online.SoftKNN(pred, trainX, trainY, testX, online.KNNSettings{K: *k, Temperature: *temp}); err != nil {
+	if err := online.SoftKNN(pred, trainX, trainY, testX, s); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "train: %d\ntest: %d\ntop1: %.2f\n", len(trainY), len(testY), 100*online.Top1(pred, testY))

@@ -78,4 +78,16 @@ func TestKNNCommand(t *testing.T) {
 	if code := run([]string{"knn", "--train", train}, &out, &out); code != 2 {
 		t.Errorf("missing --test: exit %d, want 2", code)
 	}
+	// Both votes classify the separable outputs; bad settings are errors,
+	// not panics.
+	out.Reset()
+	if code := run([]string{"knn", "--train", train, "--test", test, "--vote", "cosine"}, &out, &out); code != 0 || !strings.Contains(out.String(), "top1: 100.00") {
+		t.Errorf("--vote cosine: exit %d:\n%s", code, out.String())
+	}
+	for _, bad := range [][]string{{"--vote", "majority"}, {"--k", "-1"}, {"--t", "-2"}} {
+		out.Reset()
+		if code := run(append([]string{"knn", "--train", train, "--test", test}, bad...), &out, &out); code != 1 {
+			t.Errorf("%v: exit %d, want 1:\n%s", bad, code, out.String())
+		}
+	}
 }
