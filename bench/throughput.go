@@ -196,6 +196,7 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 				err = werr
 			}
 			load.setOffCPU(work0, work1)
+			load.daemonP99 = work1.P99Ms
 		}
 		close(stop)
 		if perr := <-errc; err == nil {
@@ -271,6 +272,7 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 		line(ph.name+"_answer_p50_ms", fmt.Sprintf("%.2f", ms(percentile(l.answerLat, 0.5))))
 		line(ph.name+"_answer_p99_ms", fmt.Sprintf("%.2f", ms(percentile(l.answerLat, 0.99))))
 		line(ph.name+"_busy_p99_ms", fmt.Sprintf("%.2f", ms(percentile(l.busyLat, 0.99))))
+		line(ph.name+"_daemon_p99_ms", fmt.Sprintf("%.2f", l.daemonP99))
 		if ph.load != idle {
 			line(ph.name+"_learn_images_per_s", fmt.Sprintf("%.0f", ph.learn))
 		}
@@ -383,6 +385,12 @@ type queryLoad struct {
 	// not run for more than half of their work (daemon.QueryStatus; -1 when the
 	// daemon timed none, off Linux).
 	offCPU, mostlyOffCPU float64
+	// daemonP99 is the daemon's own p99, in ms, of the time from a
+	// query's arrival at its handler to its answer, over its last 1024
+	// answered queries (daemon.QueryStatus): the part of the tail
+	// spent inside the daemon's query path rather than on the way
+	// through the NATS server and the connections.
+	daemonP99 float64
 }
 
 // queryWork returns the query counters of the pipeline the bench runs.
