@@ -194,6 +194,11 @@ type pipeline struct {
 	// stream is the instance of the JetStream stream read; zero on core
 	// NATS.
 	stream streamState
+	// outBuf holds the payload of the last output published on core NATS,
+	// whose memory the next one reuses: PublishMsg copies the payload
+	// before it returns (JetStream's asynchronous publishes keep theirs
+	// for retries, so they get new memory). Owned by run.
+	outBuf []byte
 
 	// term is the ownership term in cluster mode (nil otherwise): run
 	// writes, acknowledges and publishes only while its lease holds.
@@ -659,14 +664,20 @@ func (pl *pipeline) rejectMsg(seq uint64, err error) (reason string) {
 // then is the batch's input acknowledged.
 func (pl *pipeline) publishOutputs(ctx context.Context, outs []output) {
 	msgs := make([]*nats.Msg, 0, len(outs))
+	core := pl.cfg.Output.Transport != config.JetStream
 	for i := range outs {
 		outs[i].version = pl.version
 		outs[i].subject = pl.cfg.Input.Subject
-		m := encodeOutput(&pl.cfg, pl.cfg.Output.Subject, &outs[i], nil)
+		var buf []byte
+		if core {
+			buf = pl.outBuf
+		}
+		m := encodeOutput(&pl.cfg, pl.cfg.Output.Subject, &outs[i], buf)
 		if c := pl.d.cluster; c != nil {
 			m.Header.Set(HeaderDaemon, c.self.Name)
 		}
-		if pl.cfg.Output.Transport != config.JetStream {
+		if core {
+			pl.outBuf = m.Data
 			if err := pl.d.nc.PublishMsg(m); err != nil {
 				pl.log.Warn().Err(err).Msg("publishing output")
 				continue

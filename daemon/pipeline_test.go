@@ -336,3 +336,33 @@ func TestSMTDropShape(t *testing.T) {
 		t.Errorf("closed form: shapeChanges = %v, want none", got)
 	}
 }
+
+// Outputs published on core NATS reuse one buffer for their payloads:
+// each message must still carry its own image's vector. MNIST digits are
+// distinct, so no two outputs of a model version may be equal.
+func TestCoreOutputsCarryTheirOwnVectors(t *testing.T) {
+	p := digitsPipeline("digits", "mnist.images", 16)
+	if p.Output.Transport == config.JetStream {
+		t.Fatal("the test needs outputs on core NATS")
+	}
+	d := startDaemon(t, testConfig(t, p))
+	nc := connect(t, d.ClientURL())
+	outSub := subscribe(t, nc, p.Output.Subject)
+	n := replayFile(t, nc, "mnist-train-1000.smtdrec", p.Input.Subject)
+	seen := map[string]string{} // payload → source sequence
+	for i := range n {
+		m, err := outSub.NextMsg(time.Minute)
+		if err != nil {
+			t.Fatalf("output %d of %d: %v", i+1, n, err)
+		}
+		if _, _, err := DecodeOutput(m.Header, m.Data); err != nil {
+			t.Fatalf("output %d: %v", i+1, err)
+		}
+		seq := m.Header.Get(HeaderSourceSeq)
+		key := m.Header.Get(HeaderModelVersion) + "/" + string(m.Data)
+		if other, ok := seen[key]; ok {
+			t.Fatalf("the outputs of inputs %s and %s carry the same vector", other, seq)
+		}
+		seen[key] = seq
+	}
+}
