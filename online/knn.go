@@ -28,11 +28,24 @@ var knnVoteNames = [...]string{VoteExp: "exp", VoteCosine: "cosine"}
 
 // String returns "exp" or "cosine".
 func (v KNNVote) String() string {
-	if v >= 0 && int(v) < len(knnVoteNames) {
+	if v.valid() {
 		return knnVoteNames[v]
 	}
 	return fmt.Sprintf("KNNVote(%d)", int(v))
 }
+
+// UnmarshalText sets v to the vote named text, "exp" or "cosine".
+func (v *KNNVote) UnmarshalText(text []byte) error {
+	for i, name := range knnVoteNames {
+		if string(text) == name {
+			*v = KNNVote(i)
+			return nil
+		}
+	}
+	return fmt.Errorf("online: knn vote %q: must be exp or cosine", text)
+}
+
+func (v KNNVote) valid() bool { return v == VoteExp || v == VoteCosine }
 
 // KNNSettings configures a KNN. A zero field means its documented
 // default, those of smt-minimalistic, App. J.
@@ -66,7 +79,7 @@ func (s KNNSettings) Validate() error {
 		return fmt.Errorf("online: knn K = %d: must be >= 1 (0 means 30)", s.K)
 	case !(s.Temperature >= 0) || math.IsInf(s.Temperature, 1):
 		return fmt.Errorf("online: knn temperature %v: must be > 0 (0 means 0.03)", s.Temperature)
-	case s.Vote != VoteExp && s.Vote != VoteCosine:
+	case !s.Vote.valid():
 		return fmt.Errorf("online: unknown %v", s.Vote)
 	}
 	return nil
@@ -268,14 +281,14 @@ func (k *KNN) Classify(dst []int, x mat.Matrix) error {
 // dst and votes differ in length or a vote is unknown.
 func (k *KNN) ClassifyVotes(dst [][]int, votes []KNNVote, x mat.Matrix) error {
 	r, c := x.Dims()
-	if len(dst) != len(votes) {
+	if c != k.dim || len(dst) != len(votes) {
 		panic(mat.ErrShape)
 	}
 	for v, d := range dst {
-		if c != k.dim || len(d) != r {
+		if len(d) != r {
 			panic(mat.ErrShape)
 		}
-		if votes[v] != VoteExp && votes[v] != VoteCosine {
+		if !votes[v].valid() {
 			panic(fmt.Sprintf("online: unknown %v", votes[v]))
 		}
 	}

@@ -269,3 +269,17 @@ func BenchmarkKNNClassify(b *testing.B) {
 	}
 	b.ReportMetric(float64(i)*2*n*r*dim/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 }
+
+// A vote's name reads back as the vote; other names are errors.
+func TestKNNVoteNames(t *testing.T) {
+	for _, want := range []KNNVote{VoteExp, VoteCosine} {
+		var got KNNVote
+		if err := got.UnmarshalText([]byte(want.String())); err != nil || got != want {
+			t.Errorf("%q read back as %v, %v", want.String(), got, err)
+		}
+	}
+	var v KNNVote
+	if err := v.UnmarshalText([]byte("majority")); err == nil {
+		t.Error(`"majority" read as a vote`)
+	}
+}

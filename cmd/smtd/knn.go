@@ -31,13 +31,8 @@ func knnCmd(args []string, stdout, stderr io.Writer) error {
 		return errUsage
 	}
 	s := online.KNNSettings{K: *k, Temperature: *temp}
-	switch *vote {
-	case "exp":
-		s.Vote = online.VoteExp
-	case "cosine":
-		s.Vote = online.VoteCosine
-	default:
-		return fmt.Errorf("smtd knn: -vote %q: must be exp or cosine", *vote)
+	if err := s.Vote.UnmarshalText([]byte(*vote)); err != nil {
+		return fmt.Errorf("smtd knn: %w", err)
 	}
 	if err := s.Validate(); err != nil {
 		return fmt.Errorf("smtd knn: %w", err)
