@@ -258,12 +258,16 @@ type Service struct {
 	// over 0 within the noise.
 	LearnYield time.Duration `yaml:"learn_yield"`
 	// LearnNice is how much lower than the rest of the daemon each
-	// pipeline's learner runs, as a Linux nice value (0..19): the balance
-	// between learning and serving. The learner runs on an OS thread of
-	// its own at that niceness, and the daemon adds one to GOMAXPROCS per
-	// learner, so that a learner never takes a P from NATS traffic and
-	// queries; the kernel gives the cores to the NATS server and the
-	// queries when they need them, and the learners take the rest. On a
+	// pipeline's learner runs while the daemon serves queries, as a Linux
+	// nice value (0..19): the balance between learning and serving. A
+	// batch begun while the daemon has received a query within the last
+	// second is learned on an OS thread of its own at that niceness;
+	// other batches at the daemon's priority, so that a learner nobody
+	// queries does not give its core away to other processes. The daemon
+	// adds one to GOMAXPROCS per learner, so that a learner never takes a
+	// P from NATS traffic and queries; the kernel gives the cores to the
+	// NATS server and the queries when they need them, and the learners
+	// take the rest. On a
 	// 2-core machine (`smtd bench throughput`, BENCHMARKS.md) 10 against
 	// 0 brought the p99 of 500 embed queries/s while learning from 4.5-6.4
 	// to 2.8-3.0 ms, and past capacity twice the queries were answered

@@ -178,7 +178,8 @@ func (d *Daemon) Start(ctx context.Context) (err error) {
 		go func() {
 			defer d.wg.Done()
 			defer close(pl.finished)
-			pl.learnBelowDaemon(nice)
+			pl.learner = d.newLearnerThread(pl.log, nice)
+			defer pl.learner.stop()
 			if d.cluster != nil {
 				d.cluster.serve(runCtx, pl)
 				return

@@ -233,10 +233,11 @@ type pipeline struct {
 	health                  atomic.Pointer[Health]
 
 	snap     atomic.Pointer[snapshot]
-	retired  []*snapshot   // replaced snapshots, oldest first; written with model (publishSnapshot)
-	gate     queryGate     // the queries waiting to be encoded, which learning gives way to
-	yield    time.Duration // service.learn_yield
-	yieldFor time.Duration // what is left of yield in this batch
+	retired  []*snapshot    // replaced snapshots, oldest first; written with model (publishSnapshot)
+	gate     queryGate      // the queries waiting to be encoded, which learning gives way to
+	learner  *learnerThread // runs batches below the daemon's priority while it serves queries; nil: never
+	yield    time.Duration  // service.learn_yield
+	yieldFor time.Duration  // what is left of yield in this batch
 	stats    counters
 	obs      *pipelineMetrics
 	tune     chan tuneRequest
@@ -448,7 +449,7 @@ func (pl *pipeline) run(ctx context.Context) {
 		}
 		pl.inputFine()
 		pl.stats.backlog.Store(pl.in.backlog())
-		pl.process(ctx, msgs)
+		pl.learner.run(func() { pl.process(ctx, msgs) })
 		pl.updateHealth()
 		if pl.sinceCkpt >= pl.ckpt.EverySamples || (pl.sinceCkpt > 0 && time.Since(pl.lastCkptTime) >= pl.ckpt.Every) {
 			if _, err := pl.checkpoint(ctx); err != nil {

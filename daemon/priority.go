@@ -3,6 +3,9 @@ package daemon
 import (
 	"os"
 	"runtime"
+	"time"
+
+	"github.com/rs/zerolog"
 )
 
 // startProcs is GOMAXPROCS as the process started: the Ps the daemon keeps
@@ -52,14 +55,79 @@ func (d *Daemon) reserveLearnerProcs(nice int) {
 	}
 }
 
-// learnBelowDaemon runs the calling learning goroutine at nice n
-// (learnerNice, see lowerLearnerPriority); with 0, or if the system
-// refuses, at the daemon's priority.
-func (pl *pipeline) learnBelowDaemon(n int) {
-	if n == 0 {
+// queriesRecently is how long after a query the daemon's learners keep
+// running at service.learn_nice: while the daemon serves queries, a
+// learner gives them the cores; in between, it learns at the daemon's
+// priority, as fast as the library.
+const queriesRecently = time.Second
+
+// learnerThread runs one learning goroutine's work (a pipeline's batches,
+// or its worker's tasks) at nice (service.learn_nice) while the daemon has
+// received a query within queriesRecently, on an OS thread of its own
+// started for it at that priority, and on the calling goroutine, at the
+// daemon's priority, otherwise. The kernel lets an unprivileged thread
+// raise its nice value but not lower it again, so the niced thread stays,
+// parked between uses, until stop ends it: no other goroutine ever runs
+// at the lowered priority. A nil learnerThread runs everything on the
+// caller. Not safe for concurrent use.
+type learnerThread struct {
+	d    *Daemon
+	log  zerolog.Logger
+	nice int
+	work chan func() // nil until the first niced run
+	done chan struct{}
+}
+
+// newLearnerThread returns the learnerThread of a learner of d at nice
+// (learnerNice); nil for 0.
+func (d *Daemon) newLearnerThread(log zerolog.Logger, nice int) *learnerThread {
+	if nice == 0 {
+		return nil
+	}
+	return &learnerThread{d: d, log: log, nice: nice}
+}
+
+// run runs f to its end, at nice while the daemon serves queries.
+func (t *learnerThread) run(f func()) {
+	if t == nil || !t.d.queriedWithin(queriesRecently) {
+		f()
 		return
 	}
-	if err := lowerLearnerPriority(n); err != nil {
-		pl.log.Warn().Err(err).Msg("learning at the daemon's priority")
+	if t.work == nil {
+		t.start()
 	}
+	t.work <- f
+	<-t.done
+}
+
+func (t *learnerThread) start() {
+	t.work, t.done = make(chan func()), make(chan struct{})
+	go func() {
+		if err := lowerLearnerPriority(t.nice); err != nil {
+			t.log.Warn().Err(err).Msg("learning at the daemon's priority")
+		}
+		for f := range t.work {
+			f()
+			t.done <- struct{}{}
+		}
+	}()
+}
+
+// stop ends the niced thread, if one was started. t is not used after.
+func (t *learnerThread) stop() {
+	if t != nil && t.work != nil {
+		close(t.work)
+	}
+}
+
+// queriedWithin reports whether a query of any of d's pipelines arrived
+// within the last span (busy replies included).
+func (d *Daemon) queriedWithin(span time.Duration) bool {
+	since := time.Now().Add(-span).UnixNano()
+	for _, pl := range d.pipelines {
+		if pl.gate.last.Load() >= since {
+			return true
+		}
+	}
+	return false
 }

@@ -10,11 +10,11 @@ import (
 // threadPriorities says whether a thread has a nice value of its own.
 const threadPriorities = true
 
-// lowerLearnerPriority moves the calling goroutine, a pipeline's learner,
+// lowerLearnerPriority moves the calling goroutine, a learnerThread's,
 // onto an OS thread of its own and raises that thread's nice value to nice
 // (service.learn_nice). The goroutine never unlocks the thread, so the
 // thread ends with it and no other goroutine ever runs at the lowered
-// priority; goroutines the learner starts run on other threads, at the
+// priority; goroutines started from it run on other threads, at the
 // daemon's priority.
 func lowerLearnerPriority(nice int) error {
 	runtime.LockOSThread()

@@ -41,11 +41,12 @@ func threadsAtNice(t *testing.T, nice int, withMain bool) int {
 	return n
 }
 
-// A pipeline's learner runs on an OS thread of its own at
-// service.learn_nice, and that thread ends with the learner (or, the main
-// thread, is parked for good): no other goroutine of the daemon runs at
-// the lowered priority afterwards.
-func TestLearnerRunsAtLearnNice(t *testing.T) {
+// A pipeline's learner runs at the daemon's priority while the daemon
+// serves no queries, and on an OS thread of its own at
+// service.learn_nice while it does; that thread ends with the learner
+// (or, the main thread, is parked for good): no other goroutine of the
+// daemon runs at the lowered priority afterwards.
+func TestLearnerRunsAtLearnNiceWhileQueried(t *testing.T) {
 	const nice = 13 // no other test's daemon uses it
 	if os.Getenv("GOMAXPROCS") != "" {
 		t.Skip("with GOMAXPROCS set, learners run at the daemon's priority")
@@ -58,7 +59,36 @@ func TestLearnerRunsAtLearnNice(t *testing.T) {
 	cfg := testConfig(t, digitsPipeline("digits", "mnist.images", 64))
 	cfg.Service.LearnNice = nice
 	d := startDaemon(t, cfg)
-	waitFor(t, 10*time.Second, "the learner's thread at nice 13", func() bool { return threadsAtNice(t, nice, true) == parked+1 })
+	nc := connect(t, d.ClientURL())
+
+	// No queries: every batch is learned at the daemon's priority.
+	n := replayFile(t, nc, "mnist-train-1000.smtdrec", "mnist.images")
+	waitFor(t, time.Minute, "the stream learned", func() bool { return pipelineStatus(d, "digits").LastSeq >= uint64(n) })
+	if got := threadsAtNice(t, nice, true); got != parked {
+		t.Fatalf("%d threads at nice %d after learning without queries, want %d", got, nice, parked)
+	}
+
+	// Queries every 20 ms while the stream is learned again.
+	stop := make(chan struct{})
+	queried := make(chan struct{})
+	go func() {
+		defer close(queried)
+		for {
+			if _, err := nc.RequestMsg(digitRequest(cfg.EmbedSubject("digits")), 10*time.Second); err != nil {
+				t.Errorf("embed query: %v", err)
+				return
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	replayFile(t, nc, "mnist-train-1000.smtdrec", "mnist.images")
+	waitFor(t, time.Minute, "the learner's thread at nice 13", func() bool { return threadsAtNice(t, nice, true) == parked+1 })
+	close(stop)
+	<-queried
 	if err := d.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}

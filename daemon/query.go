@@ -414,12 +414,14 @@ func (pl *pipeline) giveWayToQueries() {
 // wait hands its P to them; once they are being encoded it goes on. The
 // zero value is ready to use.
 type queryGate struct {
+	last    atomic.Int64 // when the newest query was queued or turned away busy, Unix ns
 	mu      sync.Mutex
 	waiting int
 	clear   chan struct{} // closed when waiting drops to 0; nil at 0
 }
 
 func (g *queryGate) enter() {
+	g.last.Store(time.Now().UnixNano())
 	g.mu.Lock()
 	if g.waiting == 0 {
 		g.clear = make(chan struct{})

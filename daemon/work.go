@@ -235,12 +235,14 @@ func (pl *pipeline) runWorkers(ctx context.Context) {
 			r.done <- checkpointResult{info, err}
 		default:
 		}
-		o.drain()
-		o.applyReady(ctx)
-		// What arrived during a long step (the dictionary's seeding) is
-		// taken before any task is judged late.
-		o.drain()
-		o.handOut()
+		pl.learner.run(func() {
+			o.drain()
+			o.applyReady(ctx)
+			// What arrived during a long step (the dictionary's seeding)
+			// is taken before any task is judged late.
+			o.drain()
+			o.handOut()
+		})
 		if o.canRead() {
 			o.read(ctx)
 		} else {
@@ -1004,7 +1006,9 @@ func (d *Daemon) runWorker(ctx context.Context, pl, main *pipeline) {
 		}
 	}()
 	for t := range tasks {
-		if err := w.work(ctx, t); err != nil && ctx.Err() == nil {
+		var err error
+		pl.learner.run(func() { err = w.work(ctx, t) })
+		if err != nil && ctx.Err() == nil {
 			w.failed(t, err)
 		}
 	}
@@ -1312,7 +1316,8 @@ func (d *Daemon) startWorker(ctx, runCtx context.Context, main *pipeline, nice i
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
-		pl.learnBelowDaemon(nice)
+		pl.learner = d.newLearnerThread(pl.log, nice)
+		defer pl.learner.stop()
 		d.runWorker(runCtx, pl, main)
 	}()
 	return nil
