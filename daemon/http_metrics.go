@@ -28,7 +28,7 @@ var latencyBuckets = prometheus.ExponentialBuckets(100e-6, 2.5, 14)
 func newPipelineMetrics(name string) *pipelineMetrics {
 	m := &pipelineMetrics{
 		batch: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "smtd_batch_seconds", Help: "Time to decode, learn, publish and acknowledge one batch.",
+			Name: "smtd_batch_seconds", Help: "Time to decode and learn one batch and hand its outputs to the pipeline's publisher.",
 			Buckets: latencyBuckets, ConstLabels: prometheus.Labels{"pipeline": name},
 		}),
 	}

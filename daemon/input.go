@@ -16,6 +16,7 @@ import (
 // After a reset the pipeline counts sequences in the new instance: its
 // model is kept, its last applied sequence starts again at 0.
 func (pl *pipeline) attach(ctx context.Context, st streamState, plan resumePlan) error {
+	pl.flushOutputs() // the acknowledgements go to the consumer replaced
 	in, err := newJSIntake(ctx, pl.d.js, st.name, pl.consumerName(), &pl.cfg, plan.after)
 	if err != nil {
 		return err

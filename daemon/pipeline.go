@@ -197,8 +197,12 @@ type pipeline struct {
 	// outBuf holds the payload of the last output published on core NATS,
 	// whose memory the next one reuses: PublishMsg copies the payload
 	// before it returns (JetStream's asynchronous publishes keep theirs
-	// for retries, so they get new memory). Owned by run.
+	// for retries, so they get new memory). Owned by whoever publishes:
+	// out's goroutine while run runs one, run otherwise.
 	outBuf []byte
+	// out publishes outputs and acknowledges input behind the learner
+	// while run runs; nil otherwise (outputs are then published inline).
+	out *outputQueue
 
 	// term is the ownership term in cluster mode (nil otherwise): run
 	// writes, acknowledges and publishes only while its lease holds.
@@ -415,6 +419,8 @@ func (pl *pipeline) run(ctx context.Context) {
 		return
 	}
 	defer pl.in.stop()
+	pl.out = pl.startOutputs()
+	defer pl.stopOutputs() // before the input stops: it acknowledges
 	pl.lastCkptTime = time.Now()
 	for {
 		select {
@@ -439,6 +445,7 @@ func (pl *pipeline) run(ctx context.Context) {
 			if !pl.cfg.Deterministic && len(msgs) > 0 && !pl.fenced() {
 				sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 				pl.process(sctx, msgs)
+				pl.flushOutputs()
 				cancel()
 			}
 			break
@@ -457,6 +464,7 @@ func (pl *pipeline) run(ctx context.Context) {
 			}
 		}
 	}
+	pl.stopOutputs()
 	if errors.Is(context.Cause(ctx), errLeaseLost) {
 		return // the successor continues from the newest checkpoint
 	}
@@ -501,18 +509,26 @@ func (pl *pipeline) process(ctx context.Context, msgs []inMsg) {
 		s.seq = m.seq
 		batch = append(batch, s)
 	}
+	var outs []output
 	if len(batch) > 0 {
-		pl.learn(ctx, batch, msgs[len(msgs)-1].seq)
+		outs = pl.learn(batch, msgs[len(msgs)-1].seq)
 	}
 	last := msgs[len(msgs)-1]
 	if last.seq > pl.lastSeq {
 		pl.lastSeq = last.seq
 		pl.stats.lastSeq.Store(last.seq)
 	}
-	if last.ack != nil && !pl.fenced() {
-		if err := last.ack(); err != nil {
-			pl.log.Warn().Err(err).Uint64("seq", last.seq).Msg("ack failed; the batch may be delivered again and will be skipped")
-		}
+	pl.emit(ctx, outs, last.ack, last.seq)
+}
+
+// acknowledge acknowledges the input through seq with ack (nil: nothing
+// to acknowledge), unless the pipeline's lease is lost.
+func (pl *pipeline) acknowledge(ack func() error, seq uint64) {
+	if ack == nil || pl.fenced() {
+		return
+	}
+	if err := ack(); err != nil {
+		pl.log.Warn().Err(err).Uint64("seq", seq).Msg("ack failed; the batch may be delivered again and will be skipped")
 	}
 }
 
@@ -539,6 +555,7 @@ func (pl *pipeline) holeAfter(ctx context.Context, msgs []inMsg, prev uint64) bo
 		}
 		if m.seq > prev+1 && pl.gapAfter != prev {
 			pl.gapAfter = prev
+			pl.flushOutputs() // the acknowledgements go to the consumer replaced
 			pl.log.Warn().Uint64("after_seq", prev).Uint64("next_delivered", m.seq).Msg("a hole in the delivered sequences; reading the stream again after the last applied message")
 			in, err := newJSIntake(context.WithoutCancel(ctx), pl.d.js, pl.stream.name, pl.consumerName(), &pl.cfg, pl.lastSeq)
 			if err != nil {
@@ -555,15 +572,18 @@ func (pl *pipeline) holeAfter(ctx context.Context, msgs []inMsg, prev uint64) bo
 
 // learn applies one batch of valid samples, then checks the model: a
 // model that is no longer finite or has gone degenerate is rolled back
-// and the batch's outputs are not published. The model version counts
-// the batches that changed the model.
-func (pl *pipeline) learn(ctx context.Context, batch []sample, seq uint64) {
+// and the batch's outputs are dropped. It returns the outputs to
+// publish, stamped with the model version, which counts the batches
+// that changed the model.
+func (pl *pipeline) learn(batch []sample, seq uint64) []output {
 	pl.giveWayToQueries()
 	outs, err := pl.model.learn(batch)
-	if pl.settle(err, len(batch), seq) {
-		pl.publishOutputs(ctx, outs)
-		pl.publishVocabulary()
+	if !pl.settle(err, len(batch), seq) {
+		return nil
 	}
+	pl.stamp(outs)
+	pl.publishVocabulary()
+	return outs
 }
 
 // settle accounts for a learning step from n samples, the last of input
@@ -656,24 +676,106 @@ func (pl *pipeline) rejectMsg(seq uint64, err error) (reason string) {
 	return reason
 }
 
-// publishOutputs publishes the outputs of a batch. With output transport
-// jetstream each carries the Nats-Msg-Id <pipeline>:<stream epoch>:<source
-// sequence>, so that the output stream drops one published again after a
-// restart (within its duplicate window), and the batch waits until the
-// stream has stored every output: outputs not acknowledged are published
-// again every second (the ID makes that safe), until ctx is done; only
-// then is the batch's input acknowledged.
-func (pl *pipeline) publishOutputs(ctx context.Context, outs []output) {
-	msgs := make([]*nats.Msg, 0, len(outs))
-	core := pl.cfg.Output.Transport != config.JetStream
+// stamp gives a batch's outputs the model version that learned them and
+// the input subject.
+func (pl *pipeline) stamp(outs []output) {
 	for i := range outs {
 		outs[i].version = pl.version
 		outs[i].subject = pl.cfg.Input.Subject
+	}
+}
+
+// outputJob is one batch's outputs on their way out and the
+// acknowledgement of its input, which follows them.
+type outputJob struct {
+	ctx    context.Context
+	cfg    *config.Pipeline // a copy, as the batch was learned
+	stream streamState
+	outs   []output     // stamped
+	ack    func() error // nil: nothing to acknowledge
+	seq    uint64       // the input sequence ack acknowledges
+}
+
+// outputQueue publishes a pipeline's outputs and acknowledges its input on
+// a goroutine of its own, in the order the batches were learned, so that
+// encoding and publishing one batch's outputs overlaps the learning of the
+// next (on the default image pipeline, about 3% of the learner's time). It
+// holds one batch besides the one being published; a learner further
+// ahead waits.
+type outputQueue struct {
+	jobs    chan outputJob
+	pending sync.WaitGroup // jobs sent and not yet done; Add and Wait by run only
+	done    chan struct{}  // closed when the goroutine has returned
+}
+
+func (pl *pipeline) startOutputs() *outputQueue {
+	q := &outputQueue{jobs: make(chan outputJob, 1), done: make(chan struct{})}
+	go func() {
+		defer close(q.done)
+		for j := range q.jobs {
+			pl.publishOutputs(j.ctx, j.cfg, j.stream, j.outs)
+			pl.acknowledge(j.ack, j.seq)
+			q.pending.Done()
+		}
+	}()
+	return q
+}
+
+// flushOutputs returns once every output handed to the queue is published
+// and its input acknowledged: before the input's consumer changes, and
+// before a checkpoint, which must not cover input whose outputs are not
+// out yet.
+func (pl *pipeline) flushOutputs() {
+	if pl.out != nil {
+		pl.out.pending.Wait()
+	}
+}
+
+// stopOutputs flushes and ends the output queue; outputs are published
+// inline afterwards. It is idempotent.
+func (pl *pipeline) stopOutputs() {
+	if pl.out == nil {
+		return
+	}
+	close(pl.out.jobs)
+	<-pl.out.done
+	pl.out = nil
+}
+
+// emit publishes a batch's stamped outputs, then acknowledges its input
+// through seq (ack nil: nothing to acknowledge): on the output queue
+// while run runs one, at once otherwise.
+func (pl *pipeline) emit(ctx context.Context, outs []output, ack func() error, seq uint64) {
+	if len(outs) == 0 && ack == nil {
+		return
+	}
+	if pl.out == nil {
+		pl.publishOutputs(ctx, &pl.cfg, pl.stream, outs)
+		pl.acknowledge(ack, seq)
+		return
+	}
+	cfg := pl.cfg
+	pl.out.pending.Add(1)
+	pl.out.jobs <- outputJob{ctx: ctx, cfg: &cfg, stream: pl.stream, outs: outs, ack: ack, seq: seq}
+}
+
+// publishOutputs publishes stamped outputs of pipeline config p reading
+// input stream. With output transport jetstream each carries the
+// Nats-Msg-Id <pipeline>:<stream epoch>:<source sequence>, so that the
+// output stream drops one published again after a restart (within its
+// duplicate window), and publishOutputs returns once the stream has
+// stored every output: outputs not acknowledged are published again
+// every second (the ID makes that safe), until ctx is done. Only then is
+// the batch's input acknowledged.
+func (pl *pipeline) publishOutputs(ctx context.Context, p *config.Pipeline, stream streamState, outs []output) {
+	msgs := make([]*nats.Msg, 0, len(outs))
+	core := p.Output.Transport != config.JetStream
+	for i := range outs {
 		var buf []byte
 		if core {
 			buf = pl.outBuf
 		}
-		m := encodeOutput(&pl.cfg, pl.cfg.Output.Subject, &outs[i], buf)
+		m := encodeOutput(p, p.Output.Subject, &outs[i], buf)
 		if c := pl.d.cluster; c != nil {
 			m.Header.Set(HeaderDaemon, c.self.Name)
 		}
@@ -686,7 +788,7 @@ func (pl *pipeline) publishOutputs(ctx context.Context, outs []output) {
 			pl.stats.published.Add(1)
 			continue
 		}
-		m.Header.Set(jetstream.MsgIDHeader, pl.outputID(outs[i].source.seq))
+		m.Header.Set(jetstream.MsgIDHeader, outputID(p.Name, stream, outs[i].source.seq))
 		msgs = append(msgs, m)
 	}
 	for try := 0; len(msgs) > 0; try++ {
@@ -743,12 +845,12 @@ func (pl *pipeline) publishStored(msgs []*nats.Msg) []*nats.Msg {
 	return failed
 }
 
-// outputID is the Nats-Msg-Id of the output of the input at seq: the
-// pipeline, the input stream's instance and the sequence, so that a
+// outputID is the Nats-Msg-Id of the output of the input at seq in
+// stream: the pipeline, the input stream's instance and the sequence, so that a
 // recreated input stream, whose sequences start again at 1, is not taken
 // for a replay.
-func (pl *pipeline) outputID(seq uint64) string {
-	return fmt.Sprintf("%s:%d:%d", pl.cfg.Name, pl.stream.created.UnixNano(), seq)
+func outputID(pipeline string, stream streamState, seq uint64) string {
+	return fmt.Sprintf("%s:%d:%d", pipeline, stream.created.UnixNano(), seq)
 }
 
 // publishVocabulary publishes the word embeddings of a text pipeline's
@@ -795,6 +897,7 @@ type checkpointInfo struct {
 // checkpoint writes the pipeline's state to disk and, if configured, to the
 // object store, and announces it.
 func (pl *pipeline) checkpoint(ctx context.Context) (*checkpointInfo, error) {
+	pl.flushOutputs()
 	if pl.fenced() {
 		return nil, fmt.Errorf("smtd: checkpoint of %s not written: %w", pl.cfg.Name, errLeaseLost)
 	}

@@ -360,6 +360,50 @@ func TestJetStreamOutputsAreEffectivelyOnce(t *testing.T) {
 	}
 }
 
+// With output transport jetstream an input is acknowledged only once the
+// output stream has stored its output: sampled while a stream is learned,
+// the output stream never holds fewer outputs than the input consumer has
+// acknowledged inputs (read first).
+func TestJetStreamOutputsStoredBeforeAck(t *testing.T) {
+	t.Parallel()
+	p := digitsPipeline("digits", "order.images", 16)
+	p.Output.Transport = config.JetStream
+	cfg := testConfig(t, p)
+	d := startDaemon(t, cfg)
+	nc := connect(t, d.ClientURL())
+	js := jetStream(t, nc)
+	ctx := context.Background()
+	n := replayFile(t, nc, "mnist-train-1000.smtdrec", "order.images")
+	cons, err := js.Consumer(ctx, p.StreamName(), "smtd-digits")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := js.Stream(ctx, p.OutputStreamName())
+	if err != nil {
+		t.Fatal(err)
+	}
+	samples := 0
+	for {
+		ci, err := cons.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		si, err := out.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		samples++
+		if acked := ci.AckFloor.Stream; si.State.Msgs < acked {
+			t.Fatalf("the output stream holds %d outputs; the consumer acknowledged input through %d", si.State.Msgs, acked)
+		}
+		if ci.AckFloor.Stream == uint64(n) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Logf("%d samples", samples)
+}
+
 // A checkpoint whose model is not finite is never restored.
 func TestDegenerateCheckpointRefused(t *testing.T) {
 	t.Parallel()

@@ -1213,7 +1213,8 @@ func (w *worker) work(ctx context.Context, t *workTask) error {
 		meta.Images = len(batch)
 		before := pl.stats.published.Load()
 		pl.version = version
-		pl.publishOutputs(ctx, outs)
+		pl.stamp(outs)
+		pl.publishOutputs(ctx, &pl.cfg, pl.stream, outs)
 		meta.Published = pl.stats.published.Load() - before
 	}
 	w.send(ctx, t, &meta, enc)
