@@ -32,7 +32,11 @@ import (
 //     against the daemon's (the same images published through JetStream
 //     into a daemon in this process, or with -process in `smtd run` of its
 //     own, until all are learned), and
-//     throughput_daemon_overhead = 1 − daemon/library;
+//     throughput_daemon_overhead = 1 − daemon/library; and, as the
+//     machine's load drifts between rounds, the median of each round's
+//     own 1 − daemon/library (throughput_daemon_overhead_paired, each
+//     round's in throughput_daemon_overhead_rounds: the daemon runs right
+//     after the library);
 //   - with the daemon idle, embed queries sent open-loop at -rate per
 //     second from a connection of their own: latency p50 and p99 (idle_*),
 //     the floor for the next figures;
@@ -159,6 +163,10 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 		daemonRates = append(daemonRates, float64(n)/time.Since(t0).Seconds())
 	}
 	libRate, daemonRate := median(libRates), median(daemonRates)
+	overheads := make([]float64, len(libRates))
+	for i := range overheads {
+		overheads[i] = 1 - daemonRates[i]/libRates[i]
+	}
 
 	// Queries while the daemon learns: the publisher keeps it learning
 	// (the same images again) until the query phase ends.
@@ -257,6 +265,8 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 	line("throughput_library_images_per_s", fmt.Sprintf("%.0f", libRate))
 	line("throughput_daemon_images_per_s", fmt.Sprintf("%.0f", daemonRate))
 	line("throughput_daemon_overhead", fmt.Sprintf("%.3f", 1-daemonRate/libRate))
+	line("throughput_daemon_overhead_paired", fmt.Sprintf("%.3f", median(overheads)))
+	line("throughput_daemon_overhead_rounds", formatOverheads(overheads))
 	for _, ph := range []struct {
 		name  string
 		load  *queryLoad
@@ -570,6 +580,16 @@ func sendQueries(ctx context.Context, nc *nats.Conn, subject string, test *datas
 }
 
 // median returns the median of xs, which is not empty.
+// formatOverheads lists per-round overheads, in run order, as
+// comma-separated fractions.
+func formatOverheads(xs []float64) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = fmt.Sprintf("%.3f", x)
+	}
+	return strings.Join(s, ",")
+}
+
 func median(xs []float64) float64 {
 	s := slices.Clone(xs)
 	slices.Sort(s)

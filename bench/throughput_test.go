@@ -75,7 +75,7 @@ func TestOffCPUShares(t *testing.T) {
 // the race detector it learns about 60 images a second.
 func TestThroughputPhases(t *testing.T) {
 	dir := digitsDir(t, 11, 64)
-	lines := runBench(t, Throughput, "-mnist", dir, "-images", "96", "-k", "64", "-rounds", "1", "-seconds", "2", "-rate", "50", "-flood-rate", "400")
+	lines := runBench(t, Throughput, "-mnist", dir, "-images", "96", "-k", "64", "-rounds", "2", "-seconds", "2", "-rate", "50", "-flood-rate", "400")
 	for _, phase := range []string{"idle", "embed", "replay", "flood"} {
 		sent, err := strconv.Atoi(lines[phase+"_sent"])
 		if err != nil || sent == 0 {
@@ -96,6 +96,19 @@ func TestThroughputPhases(t *testing.T) {
 		if lines[phase+"_errors"] != "0" {
 			t.Errorf("%s_errors: %s", phase, lines[phase+"_errors"])
 		}
+	}
+	// Each round's overhead, and their median (of two: the mean).
+	var rounds []float64
+	for _, f := range strings.Split(lines["throughput_daemon_overhead_rounds"], ",") {
+		x, err := strconv.ParseFloat(f, 64)
+		if err != nil {
+			t.Fatalf("throughput_daemon_overhead_rounds: %q", lines["throughput_daemon_overhead_rounds"])
+		}
+		rounds = append(rounds, x)
+	}
+	paired, err := strconv.ParseFloat(lines["throughput_daemon_overhead_paired"], 64)
+	if len(rounds) != 2 || err != nil || math.Abs(paired-(rounds[0]+rounds[1])/2) > 0.0015 {
+		t.Errorf("throughput_daemon_overhead_paired %q of rounds %q, want their median", lines["throughput_daemon_overhead_paired"], lines["throughput_daemon_overhead_rounds"])
 	}
 	if n, err := strconv.Atoi(lines["replay_backlog_left"]); err != nil || n < 0 {
 		t.Errorf("replay_backlog_left: %q, want a count", lines["replay_backlog_left"])
