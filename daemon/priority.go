@@ -58,7 +58,7 @@ func (d *Daemon) reserveLearnerProcs(nice int) {
 // queriesRecently is how long after a query the daemon's learners keep
 // running at service.learn_nice: while the daemon serves queries, a
 // learner gives them the cores; in between, it learns at the daemon's
-// priority, as fast as the library.
+// priority.
 const queriesRecently = time.Second
 
 // learnerThread runs one learning goroutine's work (a pipeline's batches,
