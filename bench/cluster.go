@@ -296,7 +296,7 @@ func (r *workerRun) start(ctx context.Context) error {
 			cfg.Cluster.Labels = []string{"owner"}
 		}
 		cfg.Pipelines = []config.Pipeline{p}
-		c, err := startDaemonProcess(r.root, name, cfg, "GOMAXPROCS=1")
+		c, err := startDaemonProcess(r.root, name, cfg, []string{"GOMAXPROCS=1"})
 		if err != nil {
 			return err
 		}
@@ -600,8 +600,9 @@ func (d *daemonProcess) wait() {
 }
 
 // startDaemonProcess writes cfg to root/name.yaml and starts `smtd run`
-// on it (this executable), its output in root/name.log, with env added.
-func startDaemonProcess(root, name string, cfg *config.Config, env ...string) (*daemonProcess, error) {
+// on it (this executable), its output in root/name.log, with env added to
+// the environment and runArgs to the command line.
+func startDaemonProcess(root, name string, cfg *config.Config, env []string, runArgs ...string) (*daemonProcess, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -621,7 +622,7 @@ func startDaemonProcess(root, name string, cfg *config.Config, env ...string) (*
 	if err != nil {
 		return nil, err
 	}
-	c := exec.Command(exe, "run", "--config", path)
+	c := exec.Command(exe, append([]string{"run", "--config", path}, runArgs...)...)
 	c.Stdout, c.Stderr = logs, logs
 	c.Env = append(os.Environ(), env...)
 	if err := c.Start(); err != nil {

@@ -62,9 +62,9 @@ func startDaemonWith(ctx context.Context, p config.Pipeline, logs io.Writer, cha
 }
 
 // startDaemonProcessWith is startDaemonWith with the daemon in a process of
-// its own (this executable's `smtd run`), its log in its data directory.
-// It returns once the daemon answers status requests.
-func startDaemonProcessWith(ctx context.Context, p config.Pipeline, change func(*config.Config)) (*benchDaemon, error) {
+// its own (this executable's `smtd run`, with runArgs), its log in its
+// data directory. It returns once the daemon answers status requests.
+func startDaemonProcessWith(ctx context.Context, p config.Pipeline, change func(*config.Config), runArgs ...string) (*benchDaemon, error) {
 	cfg, dir, err := benchConfig(p, change)
 	if err != nil {
 		return nil, err
@@ -74,7 +74,7 @@ func startDaemonProcessWith(ctx context.Context, p config.Pipeline, change func(
 	if err == nil {
 		cfg.NATS.Listen = fmt.Sprintf("127.0.0.1:%d", port)
 		in.url = fmt.Sprintf("nats://127.0.0.1:%d", port)
-		in.proc, err = startDaemonProcess(dir, "daemon", cfg)
+		in.proc, err = startDaemonProcess(dir, "daemon", cfg, nil, runArgs...)
 	}
 	if err == nil {
 		err = pollUntil(ctx, time.Minute, "the daemon process", func() bool {

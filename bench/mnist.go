@@ -97,7 +97,7 @@ func MNIST(ctx context.Context, w io.Writer, args []string) error {
 	if p.SMT.NonRedundant = *nonRedundant; *nonRedundant {
 		p.SMT.Solver = config.SolverClosed
 	}
-	stopProfile, err := startCPUProfile(*cpuprofile)
+	stopProfile, err := StartCPUProfile(*cpuprofile)
 	if err != nil {
 		return err
 	}

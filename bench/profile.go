@@ -6,9 +6,10 @@ import (
 	"runtime/trace"
 )
 
-// startCPUProfile writes a CPU profile to path until the returned stop is
-// called; with an empty path it does nothing.
-func startCPUProfile(path string) (stop func(), err error) {
+// StartCPUProfile writes a CPU profile (go tool pprof) to path until the
+// returned stop is called; with an empty path it does nothing. The
+// benchmarks' -cpuprofile and smtd run's --cpuprofile use it.
+func StartCPUProfile(path string) (stop func(), err error) {
 	if path == "" {
 		return func() {}, nil
 	}

@@ -98,7 +98,7 @@ func Takeover(ctx context.Context, w io.Writer, args []string) error {
 		cfg.Checkpoint.EverySamples = *every
 		cfg.Cluster.Enabled, cfg.Cluster.Name = true, name
 		cfg.Pipelines = []config.Pipeline{p}
-		c, err := startDaemonProcess(root, name, cfg)
+		c, err := startDaemonProcess(root, name, cfg, nil)
 		if err != nil {
 			return err
 		}

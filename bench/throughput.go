@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"runtime/metrics"
 	"slices"
@@ -82,12 +83,16 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 	learnNice := fs.Int("learn-nice", config.Default().Service.LearnNice, "service.learn_nice: the learner's nice value above the daemon's (0..19)")
 	rounds := fs.Int("rounds", 3, "alternating library and daemon learning runs; their medians are reported")
 	process := fs.Bool("process", false, "run the daemon as smtd run in a process of its own (default: in this process)")
+	daemonProfile := fs.String("daemon-cpuprofile", "", "with -process, write a CPU profile of the first round's daemon process to `file` (with -rounds 1 it runs the query phases too)")
 	tracePath := fs.String("trace", "", "write an execution trace (runtime/trace) of the query phase at -rate to `file`")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *rate <= 0 || *floodRate <= 0 || *seconds <= 0 || *nImages < 1 || *rounds < 1 || *atoms < 1 {
 		return errors.New("bench throughput: -rate, -flood-rate, -seconds, -images, -rounds and -k must be positive")
+	}
+	if *daemonProfile != "" && !*process {
+		return errors.New("bench throughput: -daemon-cpuprofile needs -process")
 	}
 	train, err := dataset.ReadMNIST(*dir, "train")
 	if err != nil {
@@ -148,7 +153,15 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 			c.Service.QueryWorkers, c.Service.QueryQueue, c.Service.LearnYield, c.Service.LearnNice = *workers, *queue, *learnYield, *learnNice
 		}
 		if *process {
-			in, err = startDaemonProcessWith(ctx, p, change)
+			var runArgs []string
+			if round == 0 && *daemonProfile != "" {
+				path, err := filepath.Abs(*daemonProfile)
+				if err != nil {
+					return err
+				}
+				runArgs = []string{"--cpuprofile", path}
+			}
+			in, err = startDaemonProcessWith(ctx, p, change, runArgs...)
 		} else {
 			in, err = startDaemonWith(ctx, p, os.Stderr, change)
 		}

@@ -115,7 +115,7 @@ func Words(ctx context.Context, w io.Writer, args []string) error {
 	}
 
 	writeMachine(w)
-	stopProfile, err := startCPUProfile(*cpuprofile)
+	stopProfile, err := StartCPUProfile(*cpuprofile)
 	if err != nil {
 		return err
 	}

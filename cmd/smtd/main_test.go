@@ -70,7 +70,7 @@ func freePort(t *testing.T) int {
 
 // smtd run reloads its config file on SIGHUP, applying live fields and
 // refusing others by name, and shuts down cleanly on SIGTERM with a last
-// checkpoint.
+// checkpoint and the CPU profile asked for (--cpuprofile).
 func TestRunReloadsOnSIGHUP(t *testing.T) {
 	dir := t.TempDir()
 	port := freePort(t)
@@ -83,7 +83,8 @@ func TestRunReloadsOnSIGHUP(t *testing.T) {
 	}
 	writeConfig(1, 16)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), argsEnv+"=run --config "+path)
+	profile := filepath.Join(dir, "cpu.prof")
+	cmd.Env = append(os.Environ(), argsEnv+"=run --config "+path+" --cpuprofile "+profile)
 	var logs bytes.Buffer
 	cmd.Stderr = &logs
 	if err := cmd.Start(); err != nil {
@@ -165,6 +166,10 @@ func TestRunReloadsOnSIGHUP(t *testing.T) {
 	}
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("smtd exit: %v", err)
+	}
+	// A profile is gzip'd protocol buffers.
+	if b, err := os.ReadFile(profile); err != nil || len(b) < 100 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Errorf("CPU profile: %d bytes, %v; want a gzip'd profile", len(b), err)
 	}
 	for _, want := range []string{"reload applied", "reload not applied", "smtd stopped"} {
 		if !strings.Contains(logs.String(), want) {

@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"syscall"
 
+	"github.com/smtd/smtd/bench"
 	"github.com/smtd/smtd/config"
 	"github.com/smtd/smtd/daemon"
 )
@@ -18,6 +19,7 @@ func runDaemon(args []string, stderr io.Writer) error {
 	path := fs.String("config", "", "YAML config `file` (default: the built-in config, see config/example.yaml)")
 	logFormat := fs.String("log-format", "", "log format: json or console (default: log.format of the config, json)")
 	logLevel := fs.String("log-level", "", "least log level: debug, info, warn, error (default: log.level of the config, info)")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the daemon to `file` until it stops (read it with go tool pprof)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -41,6 +43,11 @@ func runDaemon(args []string, stderr io.Writer) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
+	stopProfile, err := bench.StartCPUProfile(*cpuprofile)
+	if err != nil {
+		return err
+	}
+	defer stopProfile()
 	logger := daemon.NewLogger(os.Stderr, cfg.Log.Format)
 	d, err := daemon.New(cfg, daemon.Options{ConfigPath: *path, Logger: logger})
 	if err != nil {
