@@ -420,7 +420,9 @@ func (pl *pipeline) run(ctx context.Context) {
 	}
 	defer pl.in.stop()
 	pl.out = pl.startOutputs()
-	defer pl.stopOutputs() // before the input stops: it acknowledges
+	// The final checkpoint below flushes the queue first; stopping it
+	// comes before the input stops, as it acknowledges.
+	defer pl.stopOutputs()
 	pl.lastCkptTime = time.Now()
 	for {
 		select {
@@ -464,7 +466,6 @@ func (pl *pipeline) run(ctx context.Context) {
 			}
 		}
 	}
-	pl.stopOutputs()
 	if errors.Is(context.Cause(ctx), errLeaseLost) {
 		return // the successor continues from the newest checkpoint
 	}
@@ -699,12 +700,11 @@ type outputJob struct {
 // outputQueue publishes a pipeline's outputs and acknowledges its input on
 // a goroutine of its own, in the order the batches were learned, so that
 // encoding and publishing one batch's outputs overlaps the learning of the
-// next (on the default image pipeline, about 3% of the learner's time). It
-// holds one batch besides the one being published; a learner further
-// ahead waits.
+// next, work the library's learner does not do. It holds one batch
+// besides the one being published; a learner further ahead waits.
 type outputQueue struct {
 	jobs    chan outputJob
-	pending sync.WaitGroup // jobs sent and not yet done; Add and Wait by run only
+	pending sync.WaitGroup // jobs sent and not yet done; Add and Wait by the pipeline's owner only
 	done    chan struct{}  // closed when the goroutine has returned
 }
 
