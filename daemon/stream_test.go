@@ -360,15 +360,18 @@ func TestJetStreamOutputsAreEffectivelyOnce(t *testing.T) {
 	}
 }
 
-// With output transport jetstream an input is acknowledged only once the
-// output stream has stored its output: sampled while a stream is learned,
-// the output stream never holds fewer outputs than the input consumer has
-// acknowledged inputs (read first).
+// With output transport jetstream an input is acknowledged, and a
+// checkpoint covers it, only once the output stream has stored its
+// output: sampled while a stream is learned, the output stream never
+// holds fewer outputs than the input consumer has acknowledged inputs, or
+// the newest checkpoint has applied (both read first).
 func TestJetStreamOutputsStoredBeforeAck(t *testing.T) {
 	t.Parallel()
 	p := digitsPipeline("digits", "order.images", 16)
 	p.Output.Transport = config.JetStream
 	cfg := testConfig(t, p)
+	cfg.Checkpoint.EverySamples = 64
+	cfg.Checkpoint.ObjectStore = false
 	d := startDaemon(t, cfg)
 	nc := connect(t, d.ClientURL())
 	js := jetStream(t, nc)
@@ -382,8 +385,14 @@ func TestJetStreamOutputsStoredBeforeAck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	samples := 0
+	samples, checkpointed := 0, uint64(0)
 	for {
+		if files, _ := checkpointFiles(d.checkpointDir("digits")); len(files) > 0 {
+			// A file may be rotated away as it is read: keep the last read.
+			if c, err := ReadCheckpoint(files[len(files)-1]); err == nil {
+				checkpointed = c.LastSeq
+			}
+		}
 		ci, err := cons.Info(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -393,15 +402,18 @@ func TestJetStreamOutputsStoredBeforeAck(t *testing.T) {
 			t.Fatal(err)
 		}
 		samples++
-		if acked := ci.AckFloor.Stream; si.State.Msgs < acked {
-			t.Fatalf("the output stream holds %d outputs; the consumer acknowledged input through %d", si.State.Msgs, acked)
+		if acked := ci.AckFloor.Stream; si.State.Msgs < acked || si.State.Msgs < checkpointed {
+			t.Fatalf("the output stream holds %d outputs; the consumer acknowledged input through %d, the newest checkpoint applied it through %d", si.State.Msgs, acked, checkpointed)
 		}
 		if ci.AckFloor.Stream == uint64(n) {
 			break
 		}
 		time.Sleep(time.Millisecond)
 	}
-	t.Logf("%d samples", samples)
+	if checkpointed == 0 {
+		t.Error("no checkpoint was read while the stream was learned")
+	}
+	t.Logf("%d samples, the last checkpoint read through %d", samples, checkpointed)
 }
 
 // A checkpoint whose model is not finite is never restored.
