@@ -27,10 +27,12 @@ func StartCPUProfile(path string) (stop func(), err error) {
 	}, nil
 }
 
-// startTrace writes an execution trace to path until the returned stop is
-// called; with an empty path it does nothing. The trace shows what a slow
-// query waited for: a P, the garbage collector, or the network.
-func startTrace(path string) (stop func(), err error) {
+// StartTrace writes an execution trace (go tool trace) to path until the
+// returned stop is called; with an empty path it does nothing. The trace
+// shows what a slow query or a learner waited for: a P, the garbage
+// collector, the network or its input. bench throughput's -trace and smtd
+// run's --trace use it.
+func StartTrace(path string) (stop func(), err error) {
 	if path == "" {
 		return func() {}, nil
 	}

@@ -84,6 +84,7 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 	rounds := fs.Int("rounds", 3, "alternating library and daemon learning runs; their medians are reported")
 	process := fs.Bool("process", false, "run the daemon as smtd run in a process of its own (default: in this process)")
 	daemonProfile := fs.String("daemon-cpuprofile", "", "with -process, write a CPU profile of the first round's daemon process to `file` (with -rounds 1 it runs the query phases too)")
+	daemonTrace := fs.String("daemon-trace", "", "with -process, write an execution trace of the first round's daemon process to `file` (with -rounds 1 it runs the query phases too)")
 	tracePath := fs.String("trace", "", "write an execution trace (runtime/trace) of the query phase at -rate to `file`")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -91,8 +92,8 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 	if *rate <= 0 || *floodRate <= 0 || *seconds <= 0 || *nImages < 1 || *rounds < 1 || *atoms < 1 {
 		return errors.New("bench throughput: -rate, -flood-rate, -seconds, -images, -rounds and -k must be positive")
 	}
-	if *daemonProfile != "" && !*process {
-		return errors.New("bench throughput: -daemon-cpuprofile needs -process")
+	if (*daemonProfile != "" || *daemonTrace != "") && !*process {
+		return errors.New("bench throughput: -daemon-cpuprofile and -daemon-trace need -process")
 	}
 	train, err := dataset.ReadMNIST(*dir, "train")
 	if err != nil {
@@ -154,12 +155,15 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 		}
 		if *process {
 			var runArgs []string
-			if round == 0 && *daemonProfile != "" {
-				path, err := filepath.Abs(*daemonProfile)
+			for _, f := range []struct{ flag, path string }{{"--cpuprofile", *daemonProfile}, {"--trace", *daemonTrace}} {
+				if round > 0 || f.path == "" {
+					continue
+				}
+				path, err := filepath.Abs(f.path)
 				if err != nil {
 					return err
 				}
-				runArgs = []string{"--cpuprofile", path}
+				runArgs = append(runArgs, f.flag, path)
 			}
 			in, err = startDaemonProcessWith(ctx, p, change, runArgs...)
 		} else {
@@ -226,7 +230,7 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 		learnRate := float64(in.learned()-learnedBefore) / time.Since(start).Seconds()
 		return load, learnRate, err
 	}
-	stopTrace, err := startTrace(*tracePath)
+	stopTrace, err := StartTrace(*tracePath)
 	if err != nil {
 		return err
 	}

@@ -70,7 +70,8 @@ func freePort(t *testing.T) int {
 
 // smtd run reloads its config file on SIGHUP, applying live fields and
 // refusing others by name, and shuts down cleanly on SIGTERM with a last
-// checkpoint and the CPU profile asked for (--cpuprofile).
+// checkpoint, the CPU profile and the execution trace asked for
+// (--cpuprofile, --trace).
 func TestRunReloadsOnSIGHUP(t *testing.T) {
 	dir := t.TempDir()
 	port := freePort(t)
@@ -83,8 +84,8 @@ func TestRunReloadsOnSIGHUP(t *testing.T) {
 	}
 	writeConfig(1, 16)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	profile := filepath.Join(dir, "cpu.prof")
-	cmd.Env = append(os.Environ(), argsEnv+"=run --config "+path+" --cpuprofile "+profile)
+	profile, trace := filepath.Join(dir, "cpu.prof"), filepath.Join(dir, "exec.trace")
+	cmd.Env = append(os.Environ(), argsEnv+"=run --config "+path+" --cpuprofile "+profile+" --trace "+trace)
 	var logs bytes.Buffer
 	cmd.Stderr = &logs
 	if err := cmd.Start(); err != nil {
@@ -170,6 +171,10 @@ func TestRunReloadsOnSIGHUP(t *testing.T) {
 	// A profile is gzip'd protocol buffers.
 	if b, err := os.ReadFile(profile); err != nil || len(b) < 100 || b[0] != 0x1f || b[1] != 0x8b {
 		t.Errorf("CPU profile: %d bytes, %v; want a gzip'd profile", len(b), err)
+	}
+	// A trace starts with its format's version, "go 1.N trace".
+	if b, err := os.ReadFile(trace); err != nil || len(b) < 100 || !bytes.HasPrefix(b, []byte("go 1.")) || !bytes.Contains(b[:16], []byte(" trace")) {
+		t.Errorf("execution trace: %d bytes, %v; want a trace", len(b), err)
 	}
 	for _, want := range []string{"reload applied", "reload not applied", "smtd stopped"} {
 		if !strings.Contains(logs.String(), want) {

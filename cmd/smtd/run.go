@@ -20,6 +20,7 @@ func runDaemon(args []string, stderr io.Writer) error {
 	logFormat := fs.String("log-format", "", "log format: json or console (default: log.format of the config, json)")
 	logLevel := fs.String("log-level", "", "least log level: debug, info, warn, error (default: log.level of the config, info)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the daemon to `file` until it stops (read it with go tool pprof)")
+	tracePath := fs.String("trace", "", "write an execution trace of the daemon to `file` until it stops (read it with go tool trace; it grows by megabytes a second under load)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -48,6 +49,11 @@ func runDaemon(args []string, stderr io.Writer) error {
 		return err
 	}
 	defer stopProfile()
+	stopTrace, err := bench.StartTrace(*tracePath)
+	if err != nil {
+		return err
+	}
+	defer stopTrace()
 	logger := daemon.NewLogger(os.Stderr, cfg.Log.Format)
 	d, err := daemon.New(cfg, daemon.Options{ConfigPath: *path, Logger: logger})
 	if err != nil {
