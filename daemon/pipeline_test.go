@@ -187,6 +187,9 @@ func TestStatusCountsOnlyServedLearning(t *testing.T) {
 	d := startDaemon(t, testConfig(t, p))
 	nc := connect(t, d.ClientURL())
 	n := replayFile(t, nc, "mnist-train-1000.smtdrec", "mnist.images")
+	// Polled without pause, to read the status between any two steps of
+	// the learner; the deadline, not the number of polls, bounds the wait.
+	deadline := time.Now().Add(2 * time.Minute)
 	for polls := 0; ; polls++ {
 		st := pipelineStatus(d, "digits")
 		if most := int64(st.ModelVersion) * int64(p.Batch.Size); st.Learned > most {
@@ -195,8 +198,8 @@ func TestStatusCountsOnlyServedLearning(t *testing.T) {
 		if st.Learned == int64(n) {
 			break
 		}
-		if polls > 1e7 {
-			t.Fatalf("stream not learned: %d of %d", st.Learned, n)
+		if time.Now().After(deadline) {
+			t.Fatalf("stream not learned after %d polls: %d of %d", polls, st.Learned, n)
 		}
 	}
 }
