@@ -99,3 +99,19 @@ func BenchmarkEmbedImagesVQ(b *testing.B) {
 	}
 	b.ReportMetric(float64(i*32)/b.Elapsed().Seconds(), "images/s")
 }
+
+// BenchmarkSMTCheck is the health check the daemon runs on P after every
+// minibatch (finite, of full rank).
+func BenchmarkSMTCheck(b *testing.B) {
+	for _, k := range []int{256, 4096, 16384} {
+		b.Run(fmt.Sprintf("K=%d/dim=32", k), func(b *testing.B) {
+			m := sgd.NewSMT(sgd.SMTSettings{K: k, Dim: 32}, rand.NewPCG(1, 2))
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := m.Check(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
