@@ -104,6 +104,28 @@ func BenchmarkWhiten(b *testing.B) {
 	}
 }
 
+// BenchmarkObserve is the whitener's update for one minibatch of 32 MNIST
+// images' centred patches (32·529 rows of 36), as the daemon's image
+// pipeline makes it: the batch's mean and scatter XᵀX, merged into the
+// running ones.
+func BenchmarkObserve(b *testing.B) {
+	imgs := mnistImages(b, 32)
+	p := Patcher{Grid: PatchGrid{Width: 28, Height: 28, Size: 6}, Mean: MeanContextual, Context: 3}
+	n := p.Grid.Len()
+	x := mat.NewDense(len(imgs)*n, p.Grid.Dim(), nil)
+	for i, img := range imgs {
+		p.Extract(x.Slice(i*n, (i+1)*n, 0, p.Grid.Dim()).(*mat.Dense), img)
+	}
+	w := NewWhitener(36, WhitenSettings{})
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := w.Observe(x, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N*len(imgs)*n)/b.Elapsed().Seconds(), "rows/s")
+}
+
 // BenchmarkKMeansContribution measures the two halves of a data-parallel
 // step at K = 4096: a worker's Contribute of a 1024-row minibatch (the
 // scoring, with candidates), its encoding and decoding, and the owner's Apply of 4
