@@ -9,8 +9,8 @@ import (
 	"gonum.org/v1/gonum/blas/gonum"
 )
 
-// Implementation is gonum's BLAS with Dgemm and Dtrsm replaced by this
-// package's; all other routines are gonum's.
+// Implementation is gonum's BLAS with Dgemm, Dtrsm and Dsyrk replaced by
+// this package's; all other routines are gonum's.
 type Implementation struct{ gonum.Implementation }
 
 var _ blas.Float64 = Implementation{}

@@ -293,21 +293,23 @@ func TestDgemmPanics(t *testing.T) {
 		{"short c", nt, nt, 11, 10, 2, s, s, s, 2, 10, 10},
 		{"ldc zero size", nt, nt, 0, 0, 0, nil, nil, nil, 1, 1, 0},
 	} {
-		catch := func(f func()) (msg any) {
-			defer func() { msg = recover() }()
-			f()
-			return nil
-		}
-		want := catch(func() {
+		want := panicOf(func() {
 			gonum.Implementation{}.Dgemm(tc.tA, tc.tB, tc.m, tc.n, tc.k, 1, tc.a, tc.lda, tc.b, tc.ldb, 0, tc.c, tc.ldc)
 		})
-		got := catch(func() {
+		got := panicOf(func() {
 			Implementation{}.Dgemm(tc.tA, tc.tB, tc.m, tc.n, tc.k, 1, tc.a, tc.lda, tc.b, tc.ldb, 0, tc.c, tc.ldc)
 		})
 		if want == nil || got != want {
 			t.Errorf("%s: panic %v, gonum panics with %v", tc.name, got, want)
 		}
 	}
+}
+
+// panicOf returns what f panics with, nil if it returns.
+func panicOf(f func()) (msg any) {
+	defer func() { msg = recover() }()
+	f()
+	return nil
 }
 
 func TestDgemmAllocs(t *testing.T) {

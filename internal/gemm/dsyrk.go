@@ -1,0 +1,98 @@
+package gemm
+
+import "gonum.org/v1/gonum/blas"
+
+// syrkLeaf is the largest order of the symmetric updates Dsyrk leaves to
+// gonum's Dsyrk; larger ones are split in two.
+const syrkLeaf = 64
+
+// Dsyrk computes the ul triangle of
+//
+//	C = α·A·Aᵀ + β·C  (tA blas.NoTrans, A n×k)    or    C = α·Aᵀ·A + β·C  (A k×n)
+//
+// for the n×n symmetric C (row-major, leading dimension ldc); the other
+// triangle is not referenced. It panics on bad arguments with gonum's
+// messages, under the same rules as gonum's Dsyrk.
+//
+// An update of order n > syrkLeaf is split in two, C = [C₁₁ C₁₂; C₂₁ C₂₂]:
+// the diagonal blocks are updates of half the order, recursively, and the
+// block of the triangle off the diagonal is one Dgemm, which gets almost
+// all of the flops (gonum's Dsyrk runs them row by row). Smaller updates,
+// and α = 0 or k = 0, go to gonum's Dsyrk. The result depends only on the
+// sizes, as Dgemm's does.
+func (impl Implementation) Dsyrk(ul blas.Uplo, tA blas.Transpose, n, k int, alpha float64, a []float64, lda int, beta float64, c []float64, ldc int) {
+	if ul != blas.Lower && ul != blas.Upper {
+		panic(badUplo)
+	}
+	if tA != blas.NoTrans && tA != blas.Trans && tA != blas.ConjTrans {
+		panic(badTranspose)
+	}
+	if n < 0 {
+		panic(nLT0)
+	}
+	if k < 0 {
+		panic(kLT0)
+	}
+	row := k // the length of a row of A
+	if tA != blas.NoTrans {
+		row = n
+	}
+	if lda < max(1, row) {
+		panic(badLdA)
+	}
+	if ldc < max(1, n) {
+		panic(badLdC)
+	}
+	if n == 0 {
+		return
+	}
+	if tA == blas.NoTrans {
+		if len(a) < lda*(n-1)+k {
+			panic(shortA)
+		}
+	} else if len(a) < lda*(k-1)+n {
+		panic(shortA)
+	}
+	if len(c) < ldc*(n-1)+n {
+		panic(shortC)
+	}
+	if best == nil || n <= syrkLeaf || alpha == 0 || k == 0 {
+		impl.Implementation.Dsyrk(ul, tA, n, k, alpha, a, lda, beta, c, ldc)
+		return
+	}
+	impl.syrk(ul, tA != blas.NoTrans, n, k, alpha, a, lda, beta, c, ldc)
+}
+
+// syrk is Dsyrk on validated arguments with α ≠ 0 and k > 0: trans says
+// A is k×n (C = α·Aᵀ·A + β·C).
+func (impl Implementation) syrk(ul blas.Uplo, trans bool, n, k int, alpha float64, a []float64, lda int, beta float64, c []float64, ldc int) {
+	tA := blas.NoTrans
+	if trans {
+		tA = blas.Trans
+	}
+	if n <= syrkLeaf {
+		impl.Implementation.Dsyrk(ul, tA, n, k, alpha, a, lda, beta, c, ldc)
+		return
+	}
+	// A₁ holds the first n1 rows of op(A) (op(A) = A, or Aᵀ), A₂ the
+	// others; C₁₂ = α·A₁·A₂ᵀ + β·C₁₂, or C₂₁ = α·A₂·A₁ᵀ + β·C₂₁.
+	n1 := roundUp(n/2, 16)
+	n2 := n - n1
+	a2 := a[n1:]
+	if !trans {
+		a2 = a[n1*lda:]
+	}
+	impl.syrk(ul, trans, n1, k, alpha, a, lda, beta, c, ldc)
+	impl.syrk(ul, trans, n2, k, alpha, a2, lda, beta, c[n1*ldc+n1:], ldc)
+	// op(A₁)·op(A₂)ᵀ: (NoTrans, Trans) for A n×k, (Trans, NoTrans) for
+	// A k×n.
+	tFirst, tSecond := blas.NoTrans, blas.Trans
+	if trans {
+		tFirst, tSecond = blas.Trans, blas.NoTrans
+	}
+	if ul == blas.Upper {
+		impl.Dgemm(tFirst, tSecond, n1, n2, k, alpha, a, lda, a2, lda, beta, c[n1:], ldc)
+		return
+	}
+	impl.Dgemm(tFirst, tSecond, n2, n1, k, alpha, a2, lda, a, lda, beta, c[n1*ldc:], ldc)
+}
