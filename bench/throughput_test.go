@@ -117,8 +117,10 @@ func TestThroughputPhases(t *testing.T) {
 	if r, err := strconv.ParseFloat(lines["replay_learn_images_per_s"], 64); err != nil || r <= 0 {
 		t.Errorf("replay_learn_images_per_s: %q, want the daemon learning the backlog", lines["replay_learn_images_per_s"])
 	}
-	if err := Throughput(context.Background(), io.Discard, []string{"-mnist", dir, "-daemon-cpuprofile", filepath.Join(t.TempDir(), "p")}); err == nil || !strings.Contains(err.Error(), "needs -process") {
-		t.Errorf("-daemon-cpuprofile without -process: %v, want it refused", err)
+	for _, flag := range []string{"-daemon-cpuprofile", "-daemon-trace"} {
+		if err := Throughput(context.Background(), io.Discard, []string{"-mnist", dir, flag, filepath.Join(t.TempDir(), "p")}); err == nil || !strings.Contains(err.Error(), "need -process") {
+			t.Errorf("%s without -process: %v, want it refused", flag, err)
+		}
 	}
 	// 16 atoms cannot carry the default 32 SMT dimensions.
 	if err := Throughput(context.Background(), io.Discard, []string{"-mnist", dir, "-k", "16"}); err == nil || !strings.Contains(err.Error(), "smt.dim") {
