@@ -74,8 +74,9 @@ func (impl Implementation) syrk(ul blas.Uplo, trans bool, n, k int, alpha float6
 		impl.Implementation.Dsyrk(ul, tA, n, k, alpha, a, lda, beta, c, ldc)
 		return
 	}
-	// A₁ holds the first n1 rows of op(A) (op(A) = A, or Aᵀ), A₂ the
-	// others; C₁₂ = α·A₁·A₂ᵀ + β·C₁₂, or C₂₁ = α·A₂·A₁ᵀ + β·C₂₁.
+	// With C = α·B·Bᵀ + β·C (B = A, or Aᵀ), B₁ is the first n1 rows of B
+	// and B₂ the others: C₁₁ and C₂₂ are updates of half the order, and
+	// C₁₂ = α·B₁·B₂ᵀ + β·C₁₂ (upper) or C₂₁ = α·B₂·B₁ᵀ + β·C₂₁ (lower).
 	n1 := roundUp(n/2, 16)
 	n2 := n - n1
 	a2 := a[n1:]
@@ -84,8 +85,8 @@ func (impl Implementation) syrk(ul blas.Uplo, trans bool, n, k int, alpha float6
 	}
 	impl.syrk(ul, trans, n1, k, alpha, a, lda, beta, c, ldc)
 	impl.syrk(ul, trans, n2, k, alpha, a2, lda, beta, c[n1*ldc+n1:], ldc)
-	// op(A₁)·op(A₂)ᵀ: (NoTrans, Trans) for A n×k, (Trans, NoTrans) for
-	// A k×n.
+	// B₁·B₂ᵀ is (NoTrans, Trans) on row blocks of A n×k, and (Trans,
+	// NoTrans) on column blocks of A k×n.
 	tFirst, tSecond := blas.NoTrans, blas.Trans
 	if trans {
 		tFirst, tSecond = blas.Trans, blas.NoTrans
