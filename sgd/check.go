@@ -182,19 +182,15 @@ func (m *SMT) Check() error {
 			return c.fail("P", a, ErrNonFinite, "")
 		}
 	}
-	// PPᵀ = (Pᵀ)ᵀPᵀ as a general product, on the program's Dgemm (the
-	// assembly kernels of internal/gemm): gonum's Dsyrk, row by row, took
-	// most of a K = 4096 daemon's per-batch checks. EigenSym reads the
-	// upper triangle.
-	d := m.s.Dim
-	g := blas64.General{Rows: d, Cols: d, Stride: d, Data: make([]float64, d*d)}
-	blas64.Gemm(blas.Trans, blas.NoTrans, 1, raw, raw, 0, g)
-	gram := mat.NewSymDense(d, g.Data)
-	if mat.Trace(gram) == 0 {
+	var gram mat.SymDense
+	gram.ReuseAsSym(m.s.Dim)
+	g := gram.RawSymmetric()
+	blas64.Syrk(blas.Trans, 1, raw, 0, g)
+	if mat.Trace(&gram) == 0 {
 		return c.fail("P", -1, ErrCollapsed, "P is zero")
 	}
 	var eig mat.EigenSym
-	if !eig.Factorize(gram, false) {
+	if !eig.Factorize(&gram, false) {
 		return c.fail("P", -1, ErrNonFinite, "eigenvalues of PPᵀ")
 	}
 	vals := eig.Values(nil)
