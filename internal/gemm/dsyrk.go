@@ -23,9 +23,9 @@ const syrkLeaf = 64
 // block of the triangle off the diagonal is one Dgemm. An update of order
 // n ≤ syrkLeaf is one Dgemm of the whole n×n block into a workspace, twice
 // the flops of its triangle, of which the triangle is kept: on the packed
-// kernels that is still several times faster than gonum's Dsyrk, which
-// runs row by row (a whitening's 36×36 scatter of 16,928 patches, a
-// Cholesky factorisation's diagonal blocks). α = 0, k = 0 and CPUs
+// kernels that is still faster than gonum's Dsyrk, which runs row by row
+// (BenchmarkDsyrk; a whitening's 36×36 scatter of 16,928 patches,
+// BenchmarkObserve in online; a Cholesky factorisation's diagonal blocks). α = 0, k = 0 and CPUs
 // without the kernels go to gonum's Dsyrk. The result depends only on the
 // sizes, as Dgemm's does.
 func (impl Implementation) Dsyrk(ul blas.Uplo, tA blas.Transpose, n, k int, alpha float64, a []float64, lda int, beta float64, c []float64, ldc int) {
