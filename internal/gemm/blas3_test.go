@@ -183,6 +183,45 @@ func TestDsyrkAgreesWithGonum(t *testing.T) {
 	}
 }
 
+// With β = 0 Dsyrk does not read C: NaNs in its triangle do not survive,
+// on every path (k = 0 and α = 0, which go to gonum, whose Dsyrk scales a
+// transposed update's lower triangle by β, and the kernels' paths).
+func TestDsyrkBetaZeroIgnoresC(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	for _, ul := range []blas.Uplo{blas.Upper, blas.Lower} {
+		for _, tA := range transposes {
+			for _, n := range []int{1, 17, syrkLeaf + 1} {
+				for _, k := range []int{0, 1, 7, 100} {
+					for _, alpha := range []float64{1, 0} {
+						ar, ac := n, k
+						if tA != blas.NoTrans {
+							ar, ac = k, n
+						}
+						lda := max(1, ac)
+						a := padded(rng, ar, ac, lda, math.NaN())
+						zero := make([]float64, n*n)
+						gonum.Implementation{}.Dsyrk(ul, tA, n, k, alpha, a, lda, 0, zero, n)
+						nan := make([]float64, n*n)
+						for i := range nan {
+							nan[i] = math.NaN()
+						}
+						Implementation{}.Dsyrk(ul, tA, n, k, alpha, a, lda, 0, nan, n)
+						for i := range n {
+							for j := range n {
+								if (j >= i) == (ul == blas.Upper) || i == j {
+									if got, want := nan[i*n+j], zero[i*n+j]; !(math.Abs(got-want) <= 1e-13*float64(k+1)*(1+math.Abs(want))) {
+										t.Fatalf("uplo %c trans %c n %d k %d alpha %g: C[%d,%d] = %g, want %g", ul, tA, n, k, alpha, i, j, got, want)
+									}
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
 // Dsyrk panics on bad arguments as gonum's Dsyrk does.
 func TestDsyrkPanics(t *testing.T) {
 	u, nt, tr := blas.Upper, blas.NoTrans, blas.Trans

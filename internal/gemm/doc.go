@@ -34,4 +34,10 @@
 // and large products are split over goroutines by blocks of C only, so the
 // result depends neither on GOMAXPROCS nor on which kernel runs (the
 // portable reference kernel uses math.FMA to give the same bits).
+//
+// Unlike gonum's and the reference BLAS, the kernels do not skip zero
+// multipliers: where an operand holds an infinity, a product with zero
+// gives NaN rather than leaving the term out (Dgemm, Dtrsm of order above
+// 64, transposed Dsyrk). Finite operands give the same results to within
+// rounding.
 package gemm

@@ -15,7 +15,8 @@ const syrkLeaf = 64
 //	C = α·A·Aᵀ + β·C  (tA blas.NoTrans, A n×k)    or    C = α·Aᵀ·A + β·C  (A k×n)
 //
 // for the n×n symmetric C (row-major, leading dimension ldc); the other
-// triangle is not referenced. It panics on bad arguments with gonum's
+// triangle is not referenced, and with β = 0 neither is C (NaNs in it do
+// not propagate). It panics on bad arguments with gonum's
 // messages, under the same rules as gonum's Dsyrk.
 //
 // An update of order n > syrkLeaf is split in two, C = [C₁₁ C₁₂; C₂₁ C₂₂]:
@@ -65,6 +66,12 @@ func (impl Implementation) Dsyrk(ul blas.Uplo, tA blas.Transpose, n, k int, alph
 		panic(shortC)
 	}
 	if best == nil || alpha == 0 || k == 0 {
+		if beta == 0 {
+			// β = 0 means C is not read, but gonum's Dsyrk (v0.17)
+			// scales the lower triangle of a transposed update by β
+			// instead of clearing it, so a NaN there would survive.
+			clearTriangle(ul, n, c, ldc)
+		}
 		impl.Implementation.Dsyrk(ul, tA, n, k, alpha, a, lda, beta, c, ldc)
 		return
 	}
@@ -134,4 +141,15 @@ func outerTransposes(trans bool) (blas.Transpose, blas.Transpose) {
 		return blas.Trans, blas.NoTrans
 	}
 	return blas.NoTrans, blas.Trans
+}
+
+// clearTriangle sets the ul triangle of the n×n matrix c to zero.
+func clearTriangle(ul blas.Uplo, n int, c []float64, ldc int) {
+	for i := range n {
+		if ul == blas.Upper {
+			clear(c[i*ldc+i : i*ldc+n])
+		} else {
+			clear(c[i*ldc : i*ldc+i+1])
+		}
+	}
 }
