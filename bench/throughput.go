@@ -596,7 +596,6 @@ func sendQueries(ctx context.Context, nc *nats.Conn, subject string, test *datas
 	return l, nil
 }
 
-// median returns the median of xs, which is not empty.
 // formatOverheads lists per-round overheads, in run order, as
 // comma-separated fractions.
 func formatOverheads(xs []float64) string {
@@ -607,6 +606,7 @@ func formatOverheads(xs []float64) string {
 	return strings.Join(s, ",")
 }
 
+// median returns the median of xs, which is not empty.
 func median(xs []float64) float64 {
 	s := slices.Clone(xs)
 	slices.Sort(s)
