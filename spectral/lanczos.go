@@ -152,8 +152,13 @@ var ErrNoConvergence = errors.New("spectral: lanczos did not converge")
 // orthonormal to rounding, Partial semi-orthogonal, so no spurious
 // copies of converged eigenvalues appear; an
 // invariant subspace (β ≈ 0: a repeated eigenvalue, a disconnected
-// component) is left by continuing with a fresh random vector, so
-// multiplicities are found too. The start vector and the fresh vectors are
+// component) is left by continuing with a fresh random vector (one drawn
+// at the last step of an extension is explored before the solve ends).
+// The other copies of a repeated eigenvalue are found only if such a
+// breakdown or rounding brings them into the basis: not always (the
+// Laplacian of four disjoint rings can give one zero of four), as with
+// any single-vector Krylov method; a block method or a check of the
+// deflated operator would. The start vector and the fresh vectors are
 // drawn from src.
 //
 // It panics if nev < 1 or nev > op.Size(), and if the settings are
@@ -317,7 +322,8 @@ func Smallest(op Operator, nev int, s LanczosSettings, src rand.Source) (Lanczos
 	var ritzWork []float64 // workspace of ritzInPlace
 	tuData := make([]float64, m*m)
 	anorm := 0.0
-	k := 0 // basis vectors kept from the last restart
+	k := 0                    // basis vectors kept from the last restart
+	freshTheta := math.Inf(1) // θ_{nev−1} when a fresh row m was last explored
 	// Partial's estimates: om[i] ≈ q_jᵀq_i, omPrev the same for q_{j−1},
 	// omNext for the vector being formed.
 	var om, omPrev, omNext []float64
@@ -330,6 +336,8 @@ func Smallest(op Operator, nev int, s LanczosSettings, src rand.Source) (Lanczos
 		// Extend the basis from k to m vectors.
 		last := 0.0 // β of the last step: the coupling to q_m
 		used := m
+		lostBeta := 0.0 // Partial: largest β left out of T at a breakdown
+		freshEnd := false
 		for j := k; j < m; j++ {
 			op.Apply(w, q[j*n:(j+1)*n])
 			res.Applies++
@@ -349,7 +357,7 @@ func Smallest(op Operator, nev int, s LanczosSettings, src rand.Source) (Lanczos
 				anorm = max(anorm, math.Abs(h[j]), beta)
 				triggered := false
 				if !whole {
-					estimateOverlaps(omNext, om, omPrev, t, h, j, beta, eps1*anorm, h2)
+					estimateOverlaps(omNext, om, omPrev, t, h, j, beta, eps1*anorm+lostBeta, h2)
 					if k > 0 {
 						// The kept Ritz vectors satisfy A y_i = θ_i y_i +
 						// σ_i q_k only to the loss of orthogonality of
@@ -394,10 +402,12 @@ func Smallest(op Operator, nev int, s LanczosSettings, src rand.Source) (Lanczos
 			if beta <= 1e-12*max(anorm, 1e-300) {
 				// Invariant subspace: continue with a fresh direction,
 				// uncoupled from the basis so far.
+				lostBeta = max(lostBeta, beta)
 				if !fresh(j + 1) {
 					used, last = j+1, 0
 					break
 				}
+				freshEnd = j+1 == m
 				if s.Partial {
 					for i := 0; i <= j; i++ {
 						om[i] = eps1
@@ -432,6 +442,12 @@ func Smallest(op Operator, nev int, s LanczosSettings, src rand.Source) (Lanczos
 			if res.Residuals[i] > tol*anorm {
 				done = false
 			}
+		}
+		if done && freshEnd && theta[nev-1] < freshTheta-tol*anorm {
+			// The basis ended in an invariant subspace, with a fresh
+			// vector drawn for row m: explore it before concluding, as
+			// long as that lowers the wanted Ritz values.
+			freshTheta, done = theta[nev-1], false
 		}
 		if done || res.Applies >= maxApply || used < m {
 			res.Values = theta[:nev]
@@ -549,20 +565,21 @@ func orthonormalizeRows(y []float64, r, n int, g []float64) bool {
 }
 
 // estimateOverlaps sets next to Partial's estimate of q_{j+1}ᵀq_i,
-// i < j−1 (Simon, 1984, eq. 3.2, with T as built, thick-restart arrow
+// i < j (Simon, 1984, eq. 3.2, with T as built, thick-restart arrow
 // included),
 //
 //	ω_{j+1,i} = ((T ω_j)_i − T_jj ω_{j,i} − T_{j−1,j} ω_{j−1,i} ± noise) / β_j,
 //
 // from cur = ω_j and prev = ω_{j−1}; h holds column j of T (only h[j]
 // and h[j−1] are nonzero), t its columns before j, and work has room for
-// j values. The entries i = j−1 and j, whose components the step has just
-// removed, are set to noise/β_j.
+// j values. Entry j, the component the step has just removed, is set to
+// noise/β_j; entry j−1 is not removed (the step subtracts T_{j−1,j} q_{j−1},
+// not q_{j−1}ᵀA q_j) and follows the recurrence. The noise includes the
+// β dropped at any breakdown of the extension: A q_j keeps that
+// component along every later vector.
 func estimateOverlaps(next, cur, prev []float64, t *mat.SymDense, h []float64, j int, beta, noise float64, work []float64) {
-	for i := max(j-1, 0); i <= j; i++ {
-		next[i] = noise / beta
-	}
-	if j < 2 {
+	next[j] = noise / beta
+	if j < 1 {
 		return
 	}
 	// (T ω_j)_i over the columns l < j written so far (T_ij is h[i] = 0
@@ -575,6 +592,11 @@ func estimateOverlaps(next, cur, prev []float64, t *mat.SymDense, h []float64, j
 		x := work[i] - h[j]*cur[i] - h[j-1]*prev[i]
 		next[i] = (x + math.Copysign(noise, x)) / beta
 	}
+	// i = j−1: the step subtracted T_{j−1,j} q_{j−1}, not q_{j−1}ᵀA q_j, so
+	// this overlap is not removed: (α_{j−1} − α_j) ω_{j,j−1} + β_{j−2} ω_{j,j−2}
+	// remains (ω_{j,j} = ω_{j−1,j−1} = 1).
+	x := work[j-1] - h[j]*cur[j-1]
+	next[j-1] = (x + math.Copysign(noise, x)) / beta
 }
 
 // sqrtEps is √u, u = 2⁻⁵³ the unit roundoff: Partial's bound on the
