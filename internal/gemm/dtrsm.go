@@ -77,27 +77,20 @@ func (impl Implementation) Dtrsm(s blas.Side, ul blas.Uplo, tA blas.Transpose, d
 	if alpha != 1 {
 		scale(m, n, alpha, b, ldb)
 	}
-	impl.trsm(s, ul == blas.Upper, tA != blas.NoTrans, d, m, n, a, lda, b, ldb)
+	impl.trsm(s, ul, tA, d, m, n, a, lda, b, ldb)
 }
 
-// trsm is Dtrsm with α = 1 on validated arguments: upper says A is upper
-// triangular, trans that op(A) = Aᵀ.
-func (impl Implementation) trsm(s blas.Side, upper, trans bool, d blas.Diag, m, n int, a []float64, lda int, b []float64, ldb int) {
+// trsm is Dtrsm with α = 1 on validated arguments.
+func (impl Implementation) trsm(s blas.Side, ul blas.Uplo, tA blas.Transpose, d blas.Diag, m, n int, a []float64, lda int, b []float64, ldb int) {
 	k := n
 	if s == blas.Left {
 		k = m
 	}
 	if k <= trsmLeaf {
-		ul, tA := blas.Lower, blas.NoTrans
-		if upper {
-			ul = blas.Upper
-		}
-		if trans {
-			tA = blas.Trans
-		}
 		impl.Implementation.Dtrsm(s, ul, tA, d, m, n, 1, a, lda, b, ldb)
 		return
 	}
+	upper, trans := ul == blas.Upper, tA != blas.NoTrans
 	// A₁₁ is k1×k1, A₂₂ k2×k2; the off-diagonal block is A₁₂ (k1×k2,
 	// upper) or A₂₁ (k2×k1, lower).
 	k1 := roundUp(k/2, 16)
@@ -117,27 +110,27 @@ func (impl Implementation) trsm(s blas.Side, upper, trans bool, d blas.Diag, m, 
 		// X·op(A) = B by column blocks: [X₁ X₂]·op(A) = [B₁ B₂].
 		b1, b2 := b, b[k1:]
 		if upper != trans { // op(A) upper: X₁ first, B₂ −= X₁·op(A)₁₂
-			impl.trsm(s, upper, trans, d, m, k1, a11, lda, b1, ldb)
+			impl.trsm(s, ul, tA, d, m, k1, a11, lda, b1, ldb)
 			impl.Dgemm(blas.NoTrans, tOff, m, k2, k1, -1, b1, ldb, off, lda, 1, b2, ldb)
-			impl.trsm(s, upper, trans, d, m, k2, a22, lda, b2, ldb)
+			impl.trsm(s, ul, tA, d, m, k2, a22, lda, b2, ldb)
 			return
 		}
 		// op(A) lower: X₂ first, B₁ −= X₂·op(A)₂₁.
-		impl.trsm(s, upper, trans, d, m, k2, a22, lda, b2, ldb)
+		impl.trsm(s, ul, tA, d, m, k2, a22, lda, b2, ldb)
 		impl.Dgemm(blas.NoTrans, tOff, m, k1, k2, -1, b2, ldb, off, lda, 1, b1, ldb)
-		impl.trsm(s, upper, trans, d, m, k1, a11, lda, b1, ldb)
+		impl.trsm(s, ul, tA, d, m, k1, a11, lda, b1, ldb)
 		return
 	}
 	// op(A)·X = B by row blocks: op(A)·[X₁; X₂] = [B₁; B₂].
 	b1, b2 := b, b[k1*ldb:]
 	if upper == trans { // op(A) lower: X₁ first, B₂ −= op(A)₂₁·X₁
-		impl.trsm(s, upper, trans, d, k1, n, a11, lda, b1, ldb)
+		impl.trsm(s, ul, tA, d, k1, n, a11, lda, b1, ldb)
 		impl.Dgemm(tOff, blas.NoTrans, k2, n, k1, -1, off, lda, b1, ldb, 1, b2, ldb)
-		impl.trsm(s, upper, trans, d, k2, n, a22, lda, b2, ldb)
+		impl.trsm(s, ul, tA, d, k2, n, a22, lda, b2, ldb)
 		return
 	}
 	// op(A) upper: X₂ first, B₁ −= op(A)₁₂·X₂.
-	impl.trsm(s, upper, trans, d, k2, n, a22, lda, b2, ldb)
+	impl.trsm(s, ul, tA, d, k2, n, a22, lda, b2, ldb)
 	impl.Dgemm(tOff, blas.NoTrans, k1, n, k2, -1, off, lda, b2, ldb, 1, b1, ldb)
-	impl.trsm(s, upper, trans, d, k1, n, a11, lda, b1, ldb)
+	impl.trsm(s, ul, tA, d, k1, n, a11, lda, b1, ldb)
 }
