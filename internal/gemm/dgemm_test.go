@@ -293,15 +293,20 @@ func TestDgemmPanics(t *testing.T) {
 		{"short c", nt, nt, 11, 10, 2, s, s, s, 2, 10, 10},
 		{"ldc zero size", nt, nt, 0, 0, 0, nil, nil, nil, 1, 1, 0},
 	} {
-		want := panicOf(func() {
-			gonum.Implementation{}.Dgemm(tc.tA, tc.tB, tc.m, tc.n, tc.k, 1, tc.a, tc.lda, tc.b, tc.ldb, 0, tc.c, tc.ldc)
+		panicsAsGonum(t, tc.name, func(impl blas.Float64) {
+			impl.Dgemm(tc.tA, tc.tB, tc.m, tc.n, tc.k, 1, tc.a, tc.lda, tc.b, tc.ldb, 0, tc.c, tc.ldc)
 		})
-		got := panicOf(func() {
-			Implementation{}.Dgemm(tc.tA, tc.tB, tc.m, tc.n, tc.k, 1, tc.a, tc.lda, tc.b, tc.ldb, 0, tc.c, tc.ldc)
-		})
-		if want == nil || got != want {
-			t.Errorf("%s: panic %v, gonum panics with %v", tc.name, got, want)
-		}
+	}
+}
+
+// panicsAsGonum fails t unless call panics on gonum's implementation and
+// with the same value on Implementation.
+func panicsAsGonum(t *testing.T, name string, call func(blas.Float64)) {
+	t.Helper()
+	want := panicOf(func() { call(gonum.Implementation{}) })
+	got := panicOf(func() { call(Implementation{}) })
+	if want == nil || got != want {
+		t.Errorf("%s: panic %v, gonum panics with %v", name, got, want)
 	}
 }
 
