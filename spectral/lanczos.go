@@ -45,10 +45,12 @@ type LanczosSettings struct {
 	// basis vectors; a smaller Keep makes the restarts fewer and cheaper
 	// and the basis smaller on average, at the price of the spectral
 	// information of the Ritz vectors dropped, so a few more steps. On
-	// the SMT pencil of the Brown corpus (nev = 129, m = 278) Keep = 8
-	// takes 1,124 products and 6 restarts instead of 1,103 and 11, and
-	// 18.5 instead of 26.6 Gflop of reorthogonalisation and restarts. It
-	// must be >= 0.
+	// the SMT pencil of the Brown corpus (nev = 129, m = 278), with full
+	// reorthogonalisation and before the deflation check, Keep = 8 took
+	// 1,124 products and 6 restarts instead of 1,103 and 11, and 18.5
+	// instead of 26.6 Gflop of reorthogonalisation and restarts; with
+	// Partial and the check, 1,338 products, 8 restarts and 289 passes
+	// instead of 1,317, 13 and 434. It must be >= 0.
 	Keep int
 	// OnePass, if set, orthogonalises each new vector w = A q_j first
 	// against q_j and q_{j−1}, the components the three-term recurrence
@@ -61,7 +63,8 @@ type LanczosSettings struct {
 	// always makes the two full passes ("twice is enough"); OnePass
 	// halves the reorthogonalisation, which dominates a solve for many
 	// eigenpairs (on the SMT pencil of the Brown corpus 7.3 instead of
-	// 14.6 Gflop, the same 1,124 products and residuals).
+	// 14.6 Gflop, the same 1,124 products and residuals, before the
+	// deflation check).
 	OnePass bool
 	// Partial, if set, keeps the basis semi-orthogonal instead of
 	// orthogonal to rounding: partial reorthogonalisation (Simon, "The
@@ -92,9 +95,10 @@ type LanczosSettings struct {
 	// order √u (an error if they are far from orthonormal). The
 	// Residuals reported are the recurrence's; the vectors' own may
 	// exceed them by up to tens of √u‖A‖, so Partial suits tolerances
-	// of 1e-7 and above. On the SMT pencil of the Brown corpus it takes
+	// of 1e-7 and above. On the SMT pencil of the Brown corpus it took
 	// the same 1,124 products as OnePass and 233 passes instead of
-	// 1,124, besides the products with the kept vectors. Partial
+	// 1,124, besides the products with the kept vectors, before the
+	// deflation check (with it, 1,338 products and 289 passes). Partial
 	// overrides OnePass.
 	Partial bool
 }
@@ -123,9 +127,9 @@ type LanczosResult struct {
 	// Residuals are ‖A y_i − θ_i y_i‖ of each pair.
 	Residuals []float64
 	// Applies and Restarts count the operator applications and the
-	// thick restarts; Passes the sweeps of orthogonalisation over the
-	// whole basis (two a step by default, about one with OnePass, fewer
-	// than one with Partial).
+	// thick restarts, those of the deflation check included; Passes the
+	// sweeps of orthogonalisation over the whole basis (two a step by
+	// default, about one with OnePass, fewer than one with Partial).
 	Applies, Restarts, Passes int
 }
 
@@ -150,16 +154,34 @@ var ErrNoConvergence = errors.New("spectral: lanczos did not converge")
 // pass over the basis is made only when an overlap is estimated or
 // measured above √u). Full reorthogonalisation keeps the basis
 // orthonormal to rounding, Partial semi-orthogonal, so no spurious
-// copies of converged eigenvalues appear; an
-// invariant subspace (β ≈ 0: a repeated eigenvalue, a disconnected
-// component) is left by continuing with a fresh random vector (one drawn
-// at the last step of an extension is explored before the solve ends).
-// The other copies of a repeated eigenvalue are found only if such a
-// breakdown or rounding brings them into the basis: not always (the
-// Laplacian of four disjoint rings can give one zero of four), as with
-// any single-vector Krylov method; a block method or a check of the
-// deflated operator would. The start vector and the fresh vectors are
-// drawn from src.
+// copies of converged eigenvalues appear; an invariant subspace (β ≈ 0:
+// a repeated eigenvalue, a disconnected component) is left by
+// continuing with a fresh random vector.
+//
+// A single Krylov space holds one vector of each eigenspace, so the
+// other copies of a repeated eigenvalue enter the basis only by such a
+// breakdown or by rounding: on the Laplacian of four disjoint rings the
+// iteration above converges with one zero of four. So once the nev
+// pairs have converged, a deflation check locks them, Y, and runs
+// Lanczos from a fresh random vector orthogonal to them, which is
+// Lanczos on the deflated operator (I − YYᵀ) A (I − YYᵀ) restricted to
+// Yᵀx = 0 (the locked pairs' residuals, below Tol·‖A‖, are its only
+// coupling to Y). Every 5 steps (checkEvery) the smallest Ritz value θ′
+// of that extension is computed. If θ′ falls below θ_{nev−1} − Tol·‖A‖,
+// the converged set missed an eigenvalue: the extension goes on as a
+// normal one, restarts follow, and a new check follows the next
+// convergence. If θ′ converges (residual below Tol·‖A‖) above that, the
+// locked pairs are returned as they were: the check changes no bit of a
+// result it confirms. Until then the check's extension is thick-restarted
+// behind the locked rows like the solve's own, keeping 1 + Keep of its
+// Ritz vectors (by default half). A check costs what converging the
+// smallest eigenvalue of the deflated operator takes: on the SMT pencil
+// of the Brown corpus 214 products after the solve's 1,124, and 17% of
+// its time. If MaxApply runs out during a check, the locked pairs are
+// returned without error. Like any Lanczos run, a check can converge
+// before an eigenvector whose component in its random start is tiny has
+// grown into the basis: it makes a missed eigenvalue improbable, not
+// impossible. The start vector and the fresh vectors are drawn from src.
 //
 // It panics if nev < 1 or nev > op.Size(), and if the settings are
 // invalid. If the tolerance is not reached within MaxApply applications it
@@ -322,8 +344,64 @@ func Smallest(op Operator, nev int, s LanczosSettings, src rand.Source) (Lanczos
 	var ritzWork []float64 // workspace of ritzInPlace
 	tuData := make([]float64, m*m)
 	anorm := 0.0
-	k := 0                    // basis vectors kept from the last restart
-	freshTheta := math.Inf(1) // θ_{nev−1} when a fresh row m was last explored
+	k := 0 // basis vectors kept from the last restart
+	// The deflation check: checking is set while the basis beyond the
+	// nev locked rows is a Lanczos run on the deflated operator, the
+	// locked pairs having converged with θ_{nev−1} = checkTheta and
+	// residuals checkResiduals. checkEig holds the eigendecomposition of
+	// that run's block of T, rows nev..j, after checkBlock(j).
+	checking := false
+	checkTheta := math.Inf(1)
+	var checkValues, checkResiduals []float64
+	var checkEig mat.EigenSym
+	var checkVectors mat.Dense
+	// checkBlock reports whether the check's block of T, rows nev..j,
+	// has a Ritz value below checkTheta, and whether its smallest has
+	// converged (β_j = beta).
+	checkBlock := func(j int, beta float64) (lower, converged bool) {
+		b := j - nev + 1
+		block := mat.NewSymDense(b, tuData[:b*b])
+		for r := 0; r < b; r++ {
+			for c := r; c < b; c++ {
+				block.SetSym(r, c, t.At(nev+r, nev+c))
+			}
+		}
+		if !checkEig.Factorize(block, true) {
+			return false, false
+		}
+		checkVectors.Reset()
+		checkEig.VectorsTo(&checkVectors)
+		lowest := checkEig.Values(nil)[0]
+		return lowest < checkTheta-tol*anorm, math.Abs(beta*checkVectors.At(b-1, 0)) <= tol*anorm
+	}
+	// restartT sets T for a thick restart that keeps, from row first on,
+	// the c smallest Ritz pairs (θ_i, S_{:,i}) of the block of T of
+	// order b there, followed by q_m: rows before first are left as
+	// they are, the kept block is diagonal, and with Partial the arrow
+	// A y_i = θ_i y_i + σ_i q_m, σ_i = β_{m−1} S_{b−1,i}, couples it to
+	// q_m (with full reorthogonalisation the extension measures it).
+	restartT := func(first int, theta []float64, c int, sv *mat.Dense, b int, beta float64) {
+		for i := first; i < m; i++ {
+			for j := i; j < m; j++ {
+				t.SetSym(i, j, 0)
+			}
+		}
+		for i := 0; i < c; i++ {
+			t.SetSym(first+i, first+i, theta[i])
+			if s.Partial {
+				t.SetSym(first+i, first+c, beta*sv.At(b-1, i))
+			}
+		}
+	}
+	// finish returns the nev Ritz vectors in the first rows of q as the
+	// result, with err for a solve that did not converge.
+	finish := func(err error) (LanczosResult, error) {
+		if s.Partial && !orthonormalizeRows(q[:nev*n], nev, n, tuData[:nev*nev]) {
+			return res, fmt.Errorf("spectral: the %d Ritz vectors found are far from orthonormal: orthogonality was lost", nev)
+		}
+		res.Vectors = mat.DenseCopyOf(mat.NewDense(nev, n, q[:nev*n]).T())
+		return res, err
+	}
 	// Partial's estimates: om[i] ≈ q_jᵀq_i, omPrev the same for q_{j−1},
 	// omNext for the vector being formed.
 	var om, omPrev, omNext []float64
@@ -337,7 +415,6 @@ func Smallest(op Operator, nev int, s LanczosSettings, src rand.Source) (Lanczos
 		last := 0.0 // β of the last step: the coupling to q_m
 		used := m
 		lostBeta := 0.0 // Partial: largest β left out of T at a breakdown
-		freshEnd := false
 		for j := k; j < m; j++ {
 			op.Apply(w, q[j*n:(j+1)*n])
 			res.Applies++
@@ -395,11 +472,24 @@ func Smallest(op Operator, nev int, s LanczosSettings, src rand.Source) (Lanczos
 			for i := 0; i <= j; i++ {
 				t.SetSym(i, j, h[i])
 			}
+			breakdown := beta <= 1e-12*max(anorm, 1e-300)
+			if checking && ((j-k+1)%checkEvery == 0 || j+1 == m || j+1 == n || breakdown) {
+				lower, converged := checkBlock(j, beta)
+				switch {
+				case lower:
+					// An eigenvalue the converged set missed: go on as
+					// a normal extension.
+					checking = false
+				case converged || j+1 == n || res.Applies >= maxApply:
+					res.Values, res.Residuals = checkValues, checkResiduals
+					return finish(nil)
+				}
+			}
 			if j+1 == n {
 				used, last = n, 0
 				break
 			}
-			if beta <= 1e-12*max(anorm, 1e-300) {
+			if breakdown {
 				// Invariant subspace: continue with a fresh direction,
 				// uncoupled from the basis so far.
 				lostBeta = max(lostBeta, beta)
@@ -407,7 +497,6 @@ func Smallest(op Operator, nev int, s LanczosSettings, src rand.Source) (Lanczos
 					used, last = j+1, 0
 					break
 				}
-				freshEnd = j+1 == m
 				if s.Partial {
 					for i := 0; i <= j; i++ {
 						om[i] = eps1
@@ -420,6 +509,25 @@ func Smallest(op Operator, nev int, s LanczosSettings, src rand.Source) (Lanczos
 			blas64.Copy(wv, vec(j+1))
 			blas64.Scal(1/beta, vec(j+1))
 			last = beta
+		}
+
+		if checking {
+			// The check's extension reached m without a verdict:
+			// restart it, keeping the smallest Ritz vectors of its block
+			// (its eigendecomposition, from checkBlock at j = m−1, is in
+			// checkEig) and q_m, behind the locked rows.
+			b := m - nev
+			kc := 1 + (b-1)/2
+			if s.Keep > 0 {
+				kc = 1 + s.Keep
+			}
+			kc = min(kc, b-1)
+			ritzWork = ritzInPlace(q[nev*n:], n, b, &checkVectors, kc, ritzWork)
+			copy(q[(nev+kc)*n:(nev+kc+1)*n], q[m*n:(m+1)*n])
+			restartT(nev, checkEig.Values(nil), kc, &checkVectors, b, last)
+			k = nev + kc
+			res.Restarts++
+			continue
 		}
 
 		// Rayleigh–Ritz on the basis.
@@ -443,55 +551,59 @@ func Smallest(op Operator, nev int, s LanczosSettings, src rand.Source) (Lanczos
 				done = false
 			}
 		}
-		if done && freshEnd && theta[nev-1] < freshTheta-tol*anorm {
-			// The basis ended in an invariant subspace, with a fresh
-			// vector drawn for row m: explore it before concluding, as
-			// long as that lowers the wanted Ritz values.
-			freshTheta, done = theta[nev-1], false
-		}
-		if done || res.Applies >= maxApply || used < m {
+		// The basis spans R^n (used = n, or no fresh vector was left):
+		// the pairs are exact, and nothing is left to check.
+		spansAll := used < m || used == n
+		check := done && !spansAll && res.Applies < maxApply && theta[nev-1] < checkTheta-tol*anorm
+		if (done && !check) || res.Applies >= maxApply || spansAll {
 			res.Values = theta[:nev]
 			ritzInPlace(q, n, used, &sv, nev, ritzWork)
-			if s.Partial && !orthonormalizeRows(q[:nev*n], nev, n, tuData[:nev*nev]) {
-				return res, fmt.Errorf("spectral: the %d Ritz vectors found are far from orthonormal: orthogonality was lost", nev)
-			}
-			res.Vectors = mat.DenseCopyOf(mat.NewDense(nev, n, q[:nev*n]).T())
-			if !done && used >= m {
+			if !done && !spansAll {
 				worst := 0.0
 				for _, r := range res.Residuals {
 					worst = max(worst, r/anorm)
 				}
-				return res, fmt.Errorf("%w after %d applications: relative residual %.3g > %.3g", ErrNoConvergence, res.Applies, worst, tol)
+				return finish(fmt.Errorf("%w after %d applications: relative residual %.3g > %.3g", ErrNoConvergence, res.Applies, worst, tol))
 			}
-			return res, nil
+			return finish(nil)
 		}
 
 		// Thick restart: keep the kk smallest Ritz vectors and q_m.
 		// The Ritz vectors Sᵀ_{:,<kk} Q_{<used} replace the first kk
-		// basis rows.
+		// basis rows. A deflation check keeps (locks) the nev converged
+		// ones, uncoupled, and a fresh vector orthogonal to them.
 		kk := nev + (m-nev)/2
 		if s.Keep > 0 {
 			kk = nev + s.Keep
 		}
 		kk = min(kk, m-1)
+		if check {
+			kk = nev
+		}
 		ritzWork = ritzInPlace(q, n, used, &sv, kk, ritzWork)
-		copy(q[kk*n:(kk+1)*n], q[m*n:(m+1)*n])
-		for i := 0; i < m; i++ {
-			for j := i; j < m; j++ {
-				t.SetSym(i, j, 0)
+		if check {
+			if !fresh(kk) {
+				// The nev vectors span R^n.
+				res.Values = theta[:nev]
+				return finish(nil)
 			}
+			checking, checkTheta = true, theta[nev-1]
+			checkValues, checkResiduals = append(checkValues[:0], theta[:nev]...), res.Residuals
+		} else {
+			copy(q[kk*n:(kk+1)*n], q[m*n:(m+1)*n])
 		}
-		for i := 0; i < kk; i++ {
-			t.SetSym(i, i, theta[i])
-			if s.Partial {
-				// The arrow: A y_i = θ_i y_i + σ_i q_m, σ_i = β_{m−1} S_{m−1,i}.
-				t.SetSym(i, kk, last*sv.At(used-1, i))
-			}
+		if check {
+			last = 0 // the locked pairs do not couple to the fresh vector
 		}
+		restartT(0, theta, kk, &sv, used, last)
 		k = kk
 		res.Restarts++
 	}
 }
+
+// checkEvery is the number of steps of a deflation check between the
+// eigensolves of its tridiagonal block.
+const checkEvery = 5
 
 // ritzBlock is the number of columns of the basis ritzInPlace takes at
 // a time.

@@ -179,12 +179,10 @@ func maxPrincipalSine(u, v mat.Matrix) float64 {
 // the invariant subspace of the nev smallest eigenvalues of a dense
 // reference solve, to the principal angle the residual allows (Davis and
 // Kahan: sin θ ≤ ‖R‖/gap), with spectra clustered at the wanted end, and
-// that a smaller Keep restarts less often. A repeated eigenvalue (a graph
-// in several components) is found by single-vector Lanczos only as
-// rounding errors grow its other copies, which depends on the restarts:
-// the 4-fold eigenvalue 0 below is found with the default Keep (and
-// 0 to 7, or 20) but not with 8 to 16, so it is checked with the default
-// only.
+// that a smaller Keep restarts less often. The 4-fold eigenvalue 0 of a
+// graph in four components is found with every Keep: before the
+// deflation check single-vector Lanczos found its other copies only as
+// rounding grew them, with Keep 0 to 7 or 20, not 8 to 16.
 func TestSmallestKeepSubspace(t *testing.T) {
 	const tol = 1e-10
 	for _, tc := range []struct {
@@ -193,7 +191,7 @@ func TestSmallestKeepSubspace(t *testing.T) {
 	}{
 		{400, 30, 0, 1, []int{0, 1, 4, 8, 200}},
 		{300, 12, 40, 1, []int{0, 1, 4, 8, 200}},
-		{240, 10, 0, 4, []int{0}},
+		{240, 10, 0, 4, []int{0, 4, 8, 12, 16}},
 	} {
 		rng := rand.New(rand.NewPCG(uint64(tc.n), 7))
 		a := laplacian(rng, tc.n, tc.components)
@@ -421,8 +419,8 @@ func TestSmallestPartialBreakdownCoupling(t *testing.T) {
 
 // An invariant subspace reached at the last step of an extension draws a
 // fresh vector for row m, which couples to nothing: every residual is 0.
-// The solve explores it before concluding, and finds the third copy of 1
-// (it returned 1, 1, 2 with residuals 0 in every mode).
+// The solve returned 1, 1, 2 with residuals 0 in every mode; the
+// deflation check finds the third copy of 1.
 func TestSmallestBreakdownAtLastStep(t *testing.T) {
 	var d diagOp
 	for i := 1; i <= 43; i++ {
@@ -438,6 +436,54 @@ func TestSmallestBreakdownAtLastStep(t *testing.T) {
 		}
 		if r.Values[2] > 1.5 {
 			t.Errorf("%+v: values %v, residuals %v; want 1, 1, 1", s, r.Values, r.Residuals)
+		}
+	}
+}
+
+// rings is the Laplacian of disjoint cycles of the given lengths: the
+// eigenvalue 0 has one copy per cycle, and 2 − 2cos(2πk/L) two per cycle.
+type rings []int
+
+func (r rings) Size() int {
+	n := 0
+	for _, l := range r {
+		n += l
+	}
+	return n
+}
+
+func (r rings) Apply(dst, x []float64) {
+	o := 0
+	for _, l := range r {
+		for i := range l {
+			dst[o+i] = 2*x[o+i] - x[o+(i+1)%l] - x[o+(i+l-1)%l]
+		}
+		o += l
+	}
+}
+
+// A single Krylov space holds one vector of each eigenspace: before the
+// deflation check the solve returned one zero of the four of four
+// disjoint rings, in every mode.
+func TestSmallestRepeatedEigenvalues(t *testing.T) {
+	op := rings{100, 101, 102, 103}
+	// The seven smallest: 0 four times, then 2 − 2cos(2π/103) twice and
+	// 2 − 2cos(2π/102).
+	want := []float64{0, 0, 0, 0, 2 - 2*math.Cos(2*math.Pi/103), 2 - 2*math.Cos(2*math.Pi/103), 2 - 2*math.Cos(2*math.Pi/102)}
+	for _, s := range []spectral.LanczosSettings{{}, {OnePass: true}, {Partial: true, Tol: 1e-7, Keep: 8}} {
+		for seed := range uint64(5) {
+			r, err := spectral.Smallest(op, len(want), s, rand.NewPCG(seed, 2))
+			if err != nil {
+				t.Fatalf("%+v, seed %d: %v", s, seed, err)
+			}
+			for i, w := range want {
+				if !scalar.EqualWithinAbs(r.Values[i], w, 1e-6) {
+					t.Errorf("%+v, seed %d: values %.6g, want %.6g", s, seed, r.Values, want)
+					break
+				}
+			}
+			trueResiduals(t, op, r, 1e-6, 4)
+			t.Logf("%+v, seed %d: %d applies, %d restarts", s, seed, r.Applies, r.Restarts)
 		}
 	}
 }
