@@ -146,8 +146,9 @@ type LanczosResult struct {
 }
 
 // ErrNoConvergence is wrapped by the error of Smallest when MaxApply
-// applications did not bring every wanted pair below the tolerance. The
-// result holds the best pairs found.
+// applications did not bring every wanted pair below the tolerance, or
+// did not finish the deflation check. The result holds the best pairs
+// found.
 var ErrNoConvergence = errors.New("spectral: lanczos did not converge")
 
 // Smallest returns the nev smallest eigenpairs of the symmetric operator
@@ -190,10 +191,10 @@ var ErrNoConvergence = errors.New("spectral: lanczos did not converge")
 // smallest eigenvalue of the deflated operator takes: on the SMT pencil
 // of the Brown corpus 214 products after the solve's 1,124, and 17% of
 // its time. If MaxApply runs out during a check, the locked pairs are
-// returned without error. Like any Lanczos run, a check can converge
-// before an eigenvector whose component in its random start is tiny has
-// grown into the basis: it makes a missed eigenvalue improbable, not
-// impossible. The start vector and the fresh vectors are drawn from src.
+// returned with an error wrapping ErrNoConvergence. Like any Lanczos
+// run, a check can converge before an eigenvector whose component in its
+// random start is tiny has grown into the basis: it makes a missed
+// eigenvalue improbable, not impossible. The start vector and the fresh vectors are drawn from src.
 //
 // It panics if nev < 1 or nev > op.Size(), and if the settings are
 // invalid. If the tolerance is not reached within MaxApply applications it
@@ -430,12 +431,12 @@ func thickRestart(op Operator, nev, m int, s LanczosSettings, rng *rand.Rand) (L
 		}
 	}
 	// finish returns the nev Ritz vectors in the first rows of q as the
-	// result, with err for a solve that did not converge.
-	finish := func(err error) (LanczosResult, error) {
+	// result, with err; with Partial, converged pairs are verified.
+	finish := func(converged bool, err error) (LanczosResult, error) {
 		if s.Partial && !orthonormalizeRows(q[:nev*n], nev, n, tuData[:nev*nev]) {
 			return res, fmt.Errorf("%w: the %d Ritz vectors found are far from orthonormal", errPartialLost, nev)
 		}
-		if s.Partial && err == nil {
+		if s.Partial && converged {
 			// Verify: the residuals of the vectors themselves.
 			bound := (tol + 50*sqrtEps) * anorm
 			for i := range nev {
@@ -531,9 +532,12 @@ func thickRestart(op Operator, nev, m int, s LanczosSettings, rng *rand.Rand) (L
 					// next convergence, whatever θ_{nev−1} then is (it
 					// need not fall if a copy was already in the set).
 					checking = false
-				case converged || j+1 == n || res.Applies >= maxApply:
+				case converged || j+1 == n:
 					res.Values, res.Residuals = checkValues, checkResiduals
-					return finish(nil)
+					return finish(true, nil)
+				case res.Applies >= maxApply:
+					res.Values, res.Residuals = checkValues, checkResiduals
+					return finish(true, fmt.Errorf("%w after %d applications: the pairs converged, but the check for eigenvalues they missed did not", ErrNoConvergence, res.Applies))
 				}
 			}
 			if j+1 == n {
@@ -618,9 +622,9 @@ func thickRestart(op Operator, nev, m int, s LanczosSettings, rng *rand.Rand) (L
 				for _, r := range res.Residuals {
 					worst = max(worst, r/anorm)
 				}
-				return finish(fmt.Errorf("%w after %d applications: relative residual %.3g > %.3g", ErrNoConvergence, res.Applies, worst, tol))
+				return finish(false, fmt.Errorf("%w after %d applications: relative residual %.3g > %.3g", ErrNoConvergence, res.Applies, worst, tol))
 			}
-			return finish(nil)
+			return finish(true, nil)
 		}
 
 		// Thick restart: keep the kk smallest Ritz vectors and q_m.
@@ -640,7 +644,7 @@ func thickRestart(op Operator, nev, m int, s LanczosSettings, rng *rand.Rand) (L
 			if !fresh(kk) {
 				// The nev vectors span R^n.
 				res.Values = theta[:nev]
-				return finish(nil)
+				return finish(true, nil)
 			}
 			checking, checkTheta = true, theta[nev-1]
 			checkValues, checkResiduals = append(checkValues[:0], theta[:nev]...), res.Residuals

@@ -471,7 +471,9 @@ func ringZero(l int) float64 { return 2 - 2*math.Cos(2*math.Pi/float64(l)) }
 // disjoint rings, in every mode. Of six rings it returned five zeros:
 // a check that found a missed zero was followed by none when the next
 // convergence left θ_{nev−1} where it was. With a basis of nev + 1 the
-// check had no room and returned 0, 0.0152, 0.0158 on two rings.
+// check had no room and returned 0, 0.0152, 0.0158 on two rings; the
+// least basis is now nev + 2, where the check may run out of products,
+// which is an error.
 func TestSmallestRepeatedEigenvalues(t *testing.T) {
 	for _, tc := range []struct {
 		op    rings
@@ -481,14 +483,22 @@ func TestSmallestRepeatedEigenvalues(t *testing.T) {
 		{rings{100, 101, 102, 103}, 0, []float64{0, 0, 0, 0, ringZero(103), ringZero(103), ringZero(102)}},
 		{rings{100, 101, 102, 103, 104, 105}, 0, []float64{0, 0, 0, 0, 0, 0}},
 		{rings{50, 51}, 4, []float64{0, 0, ringZero(51)}},
+		{rings{50, 51}, 6, []float64{0, 0, ringZero(51)}},
 	} {
 		for _, s := range []spectral.LanczosSettings{{}, {OnePass: true}, {Partial: true, Tol: 1e-7, Keep: 8}} {
 			s.Basis = tc.basis
 			if tc.basis > 0 {
-				s.Tol = 1e-7 // a basis of 5 converges slowly
+				s.Tol = 1e-7 // a small basis converges slowly
 			}
 			for seed := range uint64(3) {
 				r, err := spectral.Smallest(tc.op, len(tc.want), s, rand.NewPCG(seed, 2))
+				if tc.basis == len(tc.want)+1 && errors.Is(err, spectral.ErrNoConvergence) {
+					// The basis raised to nev + 2 leaves the check two
+					// rows, too few to finish within MaxApply here: an
+					// error, not a wrong answer.
+					t.Logf("%v, %+v, seed %d: %v", tc.op, s, seed, err)
+					continue
+				}
 				if err != nil {
 					t.Fatalf("%v, %+v, seed %d: %v", tc.op, s, seed, err)
 				}
