@@ -27,9 +27,9 @@ type Operator interface {
 type LanczosSettings struct {
 	// Basis is the size m of the Krylov basis kept between restarts. It
 	// must exceed the number of eigenpairs wanted; the deflation check
-	// (see Smallest) runs in the m − nev rows beyond them and needs two,
-	// so m is at least nev + 2, and with few it is slow. Zero means
-	// max(2·nev + 20, nev + 40). It is at most n.
+	// (see Smallest) runs in the m − nev rows beyond them, so m is at
+	// least nev + 10. Zero means max(2·nev + 20, nev + 40). It is at
+	// most n.
 	Basis int
 	// Tol is the residual at which a Ritz pair (θ, y) counts as
 	// converged: ‖A y − θ y‖ ≤ Tol·‖A‖, with ‖A‖ estimated by the largest
@@ -218,9 +218,7 @@ func Smallest(op Operator, nev int, s LanczosSettings, src rand.Source) (Lanczos
 	if m <= nev && m < n {
 		panic(fmt.Sprintf("spectral: lanczos basis %d must exceed the %d eigenpairs wanted", m, nev))
 	}
-	// The deflation check thick-restarts the m − nev rows beyond the
-	// locked ones, keeping at least one Ritz vector and q_m.
-	m = min(max(m, nev+2), n)
+	m = min(max(m, nev+minCheckRows), n)
 	rng := rand.New(src)
 	res, err := thickRestart(op, nev, m, s, rng)
 	if !errors.Is(err, errPartialLost) {
@@ -662,6 +660,12 @@ func thickRestart(op Operator, nev, m int, s LanczosSettings, rng *rand.Rand) (L
 		res.Restarts++
 	}
 }
+
+// minCheckRows is the least number of basis rows beyond the nev wanted:
+// the deflation check thick-restarts them behind the locked pairs, and
+// with two (keeping one Ritz vector and q_m) it crawled, running out of
+// MaxApply on rings and clustered spectra where ten finish.
+const minCheckRows = 10
 
 // checkEvery is the number of steps of a deflation check between the
 // eigensolves of its tridiagonal block.

@@ -472,8 +472,7 @@ func ringZero(l int) float64 { return 2 - 2*math.Cos(2*math.Pi/float64(l)) }
 // a check that found a missed zero was followed by none when the next
 // convergence left θ_{nev−1} where it was. With a basis of nev + 1 the
 // check had no room and returned 0, 0.0152, 0.0158 on two rings; the
-// least basis is now nev + 2, where the check may run out of products,
-// which is an error.
+// least basis is now nev + 10.
 func TestSmallestRepeatedEigenvalues(t *testing.T) {
 	for _, tc := range []struct {
 		op    rings
@@ -483,7 +482,6 @@ func TestSmallestRepeatedEigenvalues(t *testing.T) {
 		{rings{100, 101, 102, 103}, 0, []float64{0, 0, 0, 0, ringZero(103), ringZero(103), ringZero(102)}},
 		{rings{100, 101, 102, 103, 104, 105}, 0, []float64{0, 0, 0, 0, 0, 0}},
 		{rings{50, 51}, 4, []float64{0, 0, ringZero(51)}},
-		{rings{50, 51}, 6, []float64{0, 0, ringZero(51)}},
 	} {
 		for _, s := range []spectral.LanczosSettings{{}, {OnePass: true}, {Partial: true, Tol: 1e-7, Keep: 8}} {
 			s.Basis = tc.basis
@@ -492,13 +490,6 @@ func TestSmallestRepeatedEigenvalues(t *testing.T) {
 			}
 			for seed := range uint64(3) {
 				r, err := spectral.Smallest(tc.op, len(tc.want), s, rand.NewPCG(seed, 2))
-				if tc.basis == len(tc.want)+1 && errors.Is(err, spectral.ErrNoConvergence) {
-					// The basis raised to nev + 2 leaves the check two
-					// rows, too few to finish within MaxApply here: an
-					// error, not a wrong answer.
-					t.Logf("%v, %+v, seed %d: %v", tc.op, s, seed, err)
-					continue
-				}
 				if err != nil {
 					t.Fatalf("%v, %+v, seed %d: %v", tc.op, s, seed, err)
 				}
@@ -517,7 +508,8 @@ func TestSmallestRepeatedEigenvalues(t *testing.T) {
 
 // With a basis of nev + 1 the deflation check kept no Ritz vector at its
 // restarts and ran until MaxApply (7,000 products where the solve itself
-// takes 2,639); the basis is now at least nev + 2.
+// takes 2,639), and with nev + 2 it crawled; the basis is now at least
+// nev + 10.
 func TestSmallestCheckSmallBasis(t *testing.T) {
 	a := laplacian(rand.New(rand.NewPCG(300, 8)), 300, 1)
 	r, err := spectral.Smallest(symOp{a}, 8, spectral.LanczosSettings{Basis: 9, Tol: 1e-7}, rand.NewPCG(1, 2))
