@@ -413,13 +413,26 @@ func thickRestart(op Operator, nev, m int, s LanczosSettings, rng *rand.Rand) (L
 		lowest := checkEig.Values(nil)[0]
 		return lowest < checkTheta-tol*anorm, math.Abs(beta*checkVectors.At(b-1, 0)) <= tol*anorm
 	}
-	// restartT sets T for a thick restart that keeps, from row first on,
-	// the c smallest Ritz pairs (θ_i, S_{:,i}) of the block of T of
-	// order b there, followed by q_m: rows before first are left as
-	// they are, the kept block is diagonal, and with Partial the arrow
-	// A y_i = θ_i y_i + σ_i q_m, σ_i = β_{m−1} S_{b−1,i}, couples it to
-	// q_m (with full reorthogonalisation the extension measures it).
-	restartT := func(first int, theta []float64, c int, sv *mat.Dense, b int, beta float64) {
+	// keepRitz is how many of the smallest Ritz vectors a thick restart
+	// keeps of a block of rows basis vectors of which want are wanted:
+	// want + Keep, or by default want + (rows − want)/2, at most rows − 1.
+	keepRitz := func(want, rows int) int {
+		c := want + (rows-want)/2
+		if s.Keep > 0 {
+			c = want + s.Keep
+		}
+		return min(c, rows-1)
+	}
+	// restart is a thick restart of the b basis rows from row first on:
+	// they are replaced by their c smallest Ritz vectors Q·S_{:,<c}
+	// (values theta, S = sv) followed by q_m, and T by their block:
+	// diagonal, and with Partial the arrow A y_i = θ_i y_i + σ_i q_m,
+	// σ_i = β_{m−1} S_{b−1,i} (beta = β_{m−1}), coupling it to q_m (with
+	// full reorthogonalisation the extension measures it). Rows before
+	// first are left as they are.
+	restart := func(first, c, b int, theta []float64, sv *mat.Dense, beta float64) {
+		ritzWork = ritzInPlace(q[first*n:], n, b, sv, c, ritzWork)
+		copy(q[(first+c)*n:(first+c+1)*n], q[m*n:(m+1)*n])
 		for i := first; i < m; i++ {
 			for j := i; j < m; j++ {
 				t.SetSym(i, j, 0)
@@ -431,6 +444,8 @@ func thickRestart(op Operator, nev, m int, s LanczosSettings, rng *rand.Rand) (L
 				t.SetSym(first+i, first+c, beta*sv.At(b-1, i))
 			}
 		}
+		k = first + c
+		res.Restarts++
 	}
 	// finish returns the nev Ritz vectors in the first rows of q as the
 	// result, with err; with Partial, converged pairs are verified.
@@ -574,16 +589,7 @@ func thickRestart(op Operator, nev, m int, s LanczosSettings, rng *rand.Rand) (L
 			// (its eigendecomposition, from checkBlock at j = m−1, is in
 			// checkEig) and q_m, behind the locked rows.
 			b := m - nev
-			kc := 1 + (b-1)/2
-			if s.Keep > 0 {
-				kc = 1 + s.Keep
-			}
-			kc = min(kc, b-1)
-			ritzWork = ritzInPlace(q[nev*n:], n, b, &checkVectors, kc, ritzWork)
-			copy(q[(nev+kc)*n:(nev+kc+1)*n], q[m*n:(m+1)*n])
-			restartT(nev, checkEig.Values(nil), kc, &checkVectors, b, last)
-			k = nev + kc
-			res.Restarts++
+			restart(nev, keepRitz(1, b), b, checkEig.Values(nil), &checkVectors, last)
 			continue
 		}
 
@@ -629,19 +635,15 @@ func thickRestart(op Operator, nev, m int, s LanczosSettings, rng *rand.Rand) (L
 			return finish(true, nil)
 		}
 
-		// Thick restart: keep the kk smallest Ritz vectors and q_m.
-		// The Ritz vectors Sᵀ_{:,<kk} Q_{<used} replace the first kk
-		// basis rows. A deflation check keeps (locks) the nev converged
-		// ones, uncoupled, and a fresh vector orthogonal to them.
-		kk := nev + (m-nev)/2
-		if s.Keep > 0 {
-			kk = nev + s.Keep
-		}
-		kk = min(kk, m-1)
+		// Thick restart: keep the kk smallest Ritz vectors and q_m. A
+		// deflation check keeps (locks) the nev converged ones, uncoupled,
+		// and draws a fresh vector orthogonal to them in q_m's place.
+		kk := keepRitz(nev, m)
 		if check {
 			kk = nev
+			last = 0 // the locked pairs do not couple to the fresh vector
 		}
-		ritzWork = ritzInPlace(q, n, used, &sv, kk, ritzWork)
+		restart(0, kk, used, theta, &sv, last)
 		if check {
 			if !fresh(kk) {
 				// The nev vectors span R^n.
@@ -650,15 +652,7 @@ func thickRestart(op Operator, nev, m int, s LanczosSettings, rng *rand.Rand) (L
 			}
 			checking, checkTheta = true, theta[nev-1]
 			checkValues, checkResiduals = append(checkValues[:0], theta[:nev]...), res.Residuals
-		} else {
-			copy(q[kk*n:(kk+1)*n], q[m*n:(m+1)*n])
 		}
-		if check {
-			last = 0 // the locked pairs do not couple to the fresh vector
-		}
-		restartT(0, theta, kk, &sv, used, last)
-		k = kk
-		res.Restarts++
 	}
 }
 
