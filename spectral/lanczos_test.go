@@ -80,20 +80,12 @@ func TestSmallestMatchesDense(t *testing.T) {
 			t.Run(fmt.Sprintf("n=%d/nev=%d/basis=%d/components=%d/partial=%v", tc.n, tc.nev, tc.basis, tc.components, partial), func(t *testing.T) {
 				rng := rand.New(rand.NewPCG(uint64(tc.n), uint64(tc.nev)))
 				a := laplacian(rng, tc.n, tc.components)
-				var eig mat.EigenSym
-				if !eig.Factorize(a, false) {
-					t.Fatal("dense eigendecomposition failed")
-				}
-				want := eig.Values(nil)[:tc.nev]
+				want := denseValues(t, a)[:tc.nev]
 				res, err := spectral.Smallest(symOp{a}, tc.nev, spectral.LanczosSettings{Basis: tc.basis, Tol: 1e-10, Partial: partial}, rand.NewPCG(1, 2))
 				if err != nil {
 					t.Fatal(err)
 				}
-				for i, w := range want {
-					if !scalar.EqualWithinAbs(res.Values[i], w, 1e-8) {
-						t.Errorf("value %d = %.12g, want %.12g", i, res.Values[i], w)
-					}
-				}
+				wantValues(t, "", res.Values, want, 1e-8)
 				// Residuals and orthonormality of the vectors.
 				var av, yty mat.Dense
 				av.Mul(a, res.Vectors)
@@ -240,11 +232,7 @@ func TestSmallestKeepSubspace(t *testing.T) {
 					if s := maxPrincipalSine(res.Vectors, want); s > bound {
 						t.Errorf("sin of the largest principal angle %.3g > %.3g (gap %.3g)", s, bound, gap)
 					}
-					for i, w := range vals[:tc.nev] {
-						if !scalar.EqualWithinAbs(res.Values[i], w, 1e-8) {
-							t.Errorf("value %d = %.12g, want %.12g", i, res.Values[i], w)
-						}
-					}
+					wantValues(t, "", res.Values, vals[:tc.nev], 1e-8)
 				})
 			}
 		}
@@ -341,11 +329,7 @@ func TestSmallestPartialNearBreakdown(t *testing.T) {
 	} {
 		l := twinGraph(2, tc.size, tc.a, tc.b)
 		n := 2 * tc.size
-		var eig mat.EigenSym
-		if !eig.Factorize(l, false) {
-			t.Fatal("dense eigendecomposition failed")
-		}
-		want := eig.Values(nil)
+		want := denseValues(t, l)
 		anorm := math.Max(-want[0], want[n-1])
 		for _, mode := range []string{"full", "onepass", "partial"} {
 			t.Run(fmt.Sprintf("size=%d/a=%d/b=%d/nev=%d/seed=%d/%s", tc.size, tc.a, tc.b, tc.nev, tc.seed, mode), func(t *testing.T) {
@@ -388,6 +372,29 @@ func trueResiduals(t *testing.T, op spectral.Operator, r spectral.LanczosResult,
 		}
 		if e = math.Sqrt(e); e > (10*tol+50*math.Sqrt(0x1p-53))*anorm {
 			t.Errorf("pair %d, θ = %.4g: residual %.3g·‖A‖, reported %.3g", i, v, e/anorm, r.Residuals[i]/anorm)
+		}
+	}
+}
+
+// denseValues returns the eigenvalues of a, ascending, by gonum's dense
+// solver: the reference the Lanczos results are checked against.
+func denseValues(t *testing.T, a *mat.SymDense) []float64 {
+	t.Helper()
+	var eig mat.EigenSym
+	if !eig.Factorize(a, false) {
+		t.Fatal("dense eigendecomposition failed")
+	}
+	return eig.Values(nil)
+}
+
+// wantValues fails t, naming the first that differs, unless got[i] is
+// within tol of want[i] for every i of want.
+func wantValues(t *testing.T, what string, got, want []float64, tol float64) {
+	t.Helper()
+	for i, w := range want {
+		if !scalar.EqualWithinAbs(got[i], w, tol) {
+			t.Errorf("%svalue %d = %.12g, want %.12g (all: %.6g)", what, i, got[i], w, got[:len(want)])
+			return
 		}
 	}
 }
@@ -493,12 +500,7 @@ func TestSmallestRepeatedEigenvalues(t *testing.T) {
 				if err != nil {
 					t.Fatalf("%v, %+v, seed %d: %v", tc.op, s, seed, err)
 				}
-				for i, w := range tc.want {
-					if !scalar.EqualWithinAbs(r.Values[i], w, 1e-6) {
-						t.Errorf("%v, %+v, seed %d: values %.6g, want %.6g", tc.op, s, seed, r.Values, tc.want)
-						break
-					}
-				}
+				wantValues(t, fmt.Sprintf("%v, %+v, seed %d: ", tc.op, s, seed), r.Values, tc.want, 1e-6)
 				trueResiduals(t, tc.op, r, 1e-6, 4)
 				t.Logf("%v, %+v, seed %d: %d applies, %d restarts", tc.op, s, seed, r.Applies, r.Restarts)
 			}
@@ -539,11 +541,7 @@ func TestSmallestPartialVerified(t *testing.T) {
 	if !r.Redone {
 		t.Log("Partial's result passed its verification")
 	}
-	for i, w := range want[:nev] {
-		if !scalar.EqualWithinAbs(r.Values[i], w, 1e-9) {
-			t.Errorf("value %d = %.6g, want %.6g", i, r.Values[i], w)
-		}
-	}
+	wantValues(t, "", r.Values, want[:nev], 1e-9)
 	trueResiduals(t, d, r, tol, 1)
 	for i, e := range r.Residuals {
 		if e > (tol+50*math.Sqrt(0x1p-53))*1 {
@@ -559,21 +557,13 @@ func TestSmallestPartialVerified(t *testing.T) {
 // non-finite projected matrix.
 func TestSmallestPartialNoiseSign(t *testing.T) {
 	a := laplacian(rand.New(rand.NewPCG(9, 6)), 400, 2)
-	var eig mat.EigenSym
-	if !eig.Factorize(a, false) {
-		t.Fatal("dense eigendecomposition failed")
-	}
-	vals := eig.Values(nil)
+	vals := denseValues(t, a)
 	const nev, tol = 129, 1e-6
 	r, err := spectral.Smallest(symOp{a}, nev, spectral.LanczosSettings{Tol: tol, Keep: 8, Partial: true}, rand.NewPCG(9, 12345))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, w := range vals[:nev] {
-		if !scalar.EqualWithinAbs(r.Values[i], w, 1e-6) {
-			t.Errorf("value %d = %.9g, want %.9g", i, r.Values[i], w)
-		}
-	}
+	wantValues(t, "", r.Values, vals[:nev], 1e-6)
 	trueResiduals(t, symOp{a}, r, tol, 2)
 }
 
@@ -590,11 +580,7 @@ func TestSmallestRandomLaplacians(t *testing.T) {
 		n := 300 + rng.IntN(120)
 		components := 1 + rng.IntN(4)
 		a := laplacian(rng, n, components)
-		var eig mat.EigenSym
-		if !eig.Factorize(a, false) {
-			t.Fatal("dense eigendecomposition failed")
-		}
-		vals := eig.Values(nil)
+		vals := denseValues(t, a)
 		for _, tc := range []struct {
 			nev int
 			s   spectral.LanczosSettings
@@ -609,12 +595,7 @@ func TestSmallestRandomLaplacians(t *testing.T) {
 				t.Errorf("seed %d, n %d, %d components, nev %d, %+v: %v", seed, n, components, tc.nev, tc.s, err)
 				continue
 			}
-			for i, w := range vals[:tc.nev] {
-				if !scalar.EqualWithinAbs(r.Values[i], w, 1e-5) {
-					t.Errorf("seed %d, n %d, %d components, nev %d, %+v: value %d = %.6g, want %.6g", seed, n, components, tc.nev, tc.s, i, r.Values[i], w)
-					break
-				}
-			}
+			wantValues(t, fmt.Sprintf("seed %d, n %d, %d components, nev %d, %+v: ", seed, n, components, tc.nev, tc.s), r.Values, vals[:tc.nev], 1e-5)
 			trueResiduals(t, symOp{a}, r, tc.s.Tol, 2)
 		}
 	}
