@@ -677,28 +677,23 @@ const ritzBlock = 512
 //
 // and returns work, grown if needed. Column j of the y_i depends only on
 // column j of the q_l, so the product runs on blocks of ritzBlock
-// columns, each kept in work until the block is done: no n-long
-// workspace, and the block of the basis (278×512 values, 1.1 MB, on the
-// SMT pencil of the Brown corpus) stays in cache for the c
-// matrix–vector products that form the block of each y_i. The sums run
-// over l in the same order as one Dgemm or one Gemv per vector would,
-// so the Ritz vectors are the same. The seven products of a solve on
-// that pencil (4.5 Gflop) took 2.9 CPU-seconds (on two cores) as one
-// Dgemm each, whose 64-long axpys on 64×64 blocks spend more on loads
-// and stores than on arithmetic, 0.3 as one Gemv per vector over the
-// whole basis.
+// columns, one Dgemm each, kept in work until the block is done: no
+// n-long workspace, and the block of the basis (278×512 values, 1.1 MB,
+// on the SMT pencil of the Brown corpus) stays in cache. On that pencil
+// the products of a solve take at most 0.2 CPU-seconds this way, split
+// over two cores, against 0.35 on one as one Gemv per vector (gonum's own
+// Dgemm, whose 64-long axpys on 64×64 blocks spend more on loads and
+// stores than on arithmetic, was slower still).
 func ritzInPlace(q []float64, n, used int, s *mat.Dense, c int, work []float64) []float64 {
 	if len(work) < c*ritzBlock {
 		work = make([]float64, c*ritzBlock)
 	}
 	sr := s.RawMatrix()
+	a := blas64.General{Rows: used, Cols: c, Stride: sr.Stride, Data: sr.Data}
 	for lo := 0; lo < n; lo += ritzBlock {
 		w := min(ritzBlock, n-lo)
 		b := blas64.General{Rows: used, Cols: w, Stride: n, Data: q[lo : (used-1)*n+lo+w]}
-		for i := 0; i < c; i++ {
-			x := blas64.Vector{N: used, Inc: sr.Stride, Data: sr.Data[i:]}
-			blas64.Gemv(blas.Trans, 1, b, x, 0, blas64.Vector{N: w, Inc: 1, Data: work[i*ritzBlock : i*ritzBlock+w]})
-		}
+		blas64.Gemm(blas.Trans, blas.NoTrans, 1, a, b, 0, blas64.General{Rows: c, Cols: w, Stride: ritzBlock, Data: work})
 		for i := 0; i < c; i++ {
 			copy(q[i*n+lo:i*n+lo+w], work[i*ritzBlock:i*ritzBlock+w])
 		}
