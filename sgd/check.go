@@ -262,14 +262,15 @@ const wordCollapse = 1 - 1e-6
 //     P of a generalized eigenproblem are V-orthonormal, which keeps the
 //     rows (the words) apart on any real corpus.
 //
-// Check costs O(Len()·Dim), one pass over the vectors.
+// Check costs one pass over the vectors stored (of the slots whose
+// column of P is not zero).
 func (wv *WordVectors) Check() error {
 	c := checker("word vectors")
-	n, dim := wv.unit.Dims()
+	dim := wv.dim()
 	mean := make([]float64, dim)
 	used := 0
-	for a := range n {
-		row := wv.unit.RawRowView(a)
+	for i, a := range wv.slots {
+		row := wv.unit.RawRowView(i)
 		if nonFinite(row) >= 0 {
 			return c.fail("vectors", a, ErrNonFinite, "")
 		}

@@ -198,7 +198,14 @@ func TestWordVectorsCheck(t *testing.T) {
 			}
 		}), "vectors", -1, ErrCollapsed},
 	})
-	wv := NewWordVectors(p)
+	// A column whose squares underflow is stored but unused: its row
+	// must stay zero up to them.
+	tiny := mat.DenseCopyOf(p)
+	tiny.Set(0, n-1, 1e-200)
+	wv := NewWordVectors(tiny)
+	if wv.Used(n - 1) {
+		t.Fatal("a column of norm 1e-200 is used")
+	}
 	wv.unit.Set(n-1, 0, 0.5)
 	if err := wv.Check(); !errors.Is(err, ErrNotUnit) {
 		t.Errorf("unused slot with a vector: Check = %v, want ErrNotUnit", err)

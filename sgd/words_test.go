@@ -768,16 +768,20 @@ func BenchmarkWordStatsAdd(b *testing.B) {
 	b.ReportMetric(float64(b.N*len(ids))/b.Elapsed().Seconds(), "tokens/s")
 }
 
+// BenchmarkWordVectorsNeighbours queries 8 words among the vectors of a
+// solve shaped like the Brown corpus's: 8,471 of 50,000 slots used, at
+// dimension 128.
 func BenchmarkWordVectorsNeighbours(b *testing.B) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	p := mat.NewDense(128, 20000, nil)
+	const slots, used = 50000, 8471
+	p := mat.NewDense(128, slots, nil)
 	for i := range 128 {
-		for j := range 20000 {
+		for j := 0; j < slots; j += slots / used {
 			p.Set(i, j, rng.NormFloat64())
 		}
 	}
 	vecs := sgd.NewWordVectors(p)
-	queries := []int{1, 2, 3, 4, 5, 6, 7, 8}
+	queries := []int{0, 5, 10, 15, 20, 25, 30, 35}
 	var dst [][]sgd.Neighbour
 	b.ReportAllocs()
 	for b.Loop() {
