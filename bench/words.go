@@ -40,9 +40,11 @@ const DefaultNeighbourQueries = "monday,june,three,red,mother,water,church,presi
 //   - words_ingest_seconds, words_tokens_per_s: the time to add every
 //     token (vocabulary and statistics), and the tokens added per second;
 //   - words_solve_seconds, words_lanczos_applies, words_lanczos_restarts,
-//     words_lanczos_passes: the eigensolver (its time, products with the
-//     operator, thick restarts, and reorthogonalisation sweeps over the
-//     whole basis);
+//     words_lanczos_passes, words_lanczos_redone: the eigensolver (its
+//     time, products with the operator, thick restarts,
+//     reorthogonalisation sweeps over the whole basis, and whether the
+//     solve with partial reorthogonalisation failed its verification and
+//     was redone with full: the counts then include both);
 //   - words_first_token_to_embeddings_seconds: from the first token added
 //     to usable embeddings (ingest, solve and the neighbour index);
 //   - words_eigenvalue_first, words_eigenvalue_last: the generalized
@@ -169,6 +171,7 @@ func Words(ctx context.Context, w io.Writer, args []string) error {
 	fmt.Fprintf(w, "words_lanczos_applies: %d\n", res.Applies)
 	fmt.Fprintf(w, "words_lanczos_restarts: %d\n", res.Restarts)
 	fmt.Fprintf(w, "words_lanczos_passes: %d\n", res.Passes)
+	fmt.Fprintf(w, "words_lanczos_redone: %t\n", res.Redone)
 	fmt.Fprintf(w, "words_first_token_to_embeddings_seconds: %.2f\n", ready.Seconds())
 	fmt.Fprintf(w, "words_eigenvalue_first: %.4g\n", res.Values[0])
 	fmt.Fprintf(w, "words_eigenvalue_last: %.4g\n", res.Values[len(res.Values)-1])

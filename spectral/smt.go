@@ -114,8 +114,9 @@ type Result struct {
 	// Method is the method used (never Auto).
 	Method Method
 	// Applies, Restarts and Passes are the Lanczos counts (zero for
-	// Dense).
+	// Dense), and Redone its LanczosResult.Redone.
 	Applies, Restarts, Passes int
+	Redone                    bool
 }
 
 // Errors of SolveSMT.
@@ -199,7 +200,7 @@ func SolveSMT(dst *mat.Dense, pb Pencil, s Settings, src rand.Source) (Result, e
 		}
 		var lr LanczosResult
 		lr, err = Smallest(op, want, s.Lanczos, src)
-		res.Applies, res.Restarts, res.Passes = lr.Applies, lr.Restarts, lr.Passes
+		res.Applies, res.Restarts, res.Passes, res.Redone = lr.Applies, lr.Restarts, lr.Passes, lr.Redone
 		if lr.Vectors == nil {
 			return res, err
 		}
