@@ -502,20 +502,18 @@ func thickRestart(op Operator, nev, m int, s LanczosSettings, rng *rand.Rand) (L
 				triggered := false
 				if !whole {
 					estimateOverlaps(omNext, om, omPrev, t, h, j, beta, eps1*anorm+lostBeta, h2)
-					if k > 0 {
+					triggered = exceeds(omNext[k:j+1], sqrtEps)
+					if !triggered && k > 0 {
 						// The kept Ritz vectors satisfy A y_i = θ_i y_i +
 						// σ_i q_k only to the loss of orthogonality of
 						// the basis they came from, which the recurrence
 						// cannot see: their overlaps are measured
 						// instead, half a pass over the k kept rows.
+						// (Not when the rows after them already call for
+						// a pass: it resets every estimate.)
 						kept := blas64.Vector{N: k, Inc: 1, Data: omNext[:k]}
 						blas64.Gemv(blas.NoTrans, 1/beta, basis(k), wv, 0, kept)
-					}
-					for _, x := range omNext[:j+1] {
-						if math.Abs(x) > sqrtEps {
-							triggered = true
-							break
-						}
+						triggered = exceeds(omNext[:k], sqrtEps)
 					}
 				}
 				if triggered {
@@ -665,6 +663,16 @@ const minCheckRows = 10
 // checkEvery is the number of steps of a deflation check between the
 // eigensolves of its tridiagonal block.
 const checkEvery = 5
+
+// exceeds reports whether some |x_i| > t.
+func exceeds(x []float64, t float64) bool {
+	for _, v := range x {
+		if math.Abs(v) > t {
+			return true
+		}
+	}
+	return false
+}
 
 // ritzBlock is the number of columns of the basis ritzInPlace takes at
 // a time.
