@@ -266,7 +266,7 @@ const wordCollapse = 1 - 1e-6
 // column of P is not zero).
 func (wv *WordVectors) Check() error {
 	c := checker("word vectors")
-	dim := wv.dim()
+	dim := wv.dim
 	mean := make([]float64, dim)
 	used := 0
 	for i, a := range wv.slots {

@@ -487,6 +487,7 @@ type WordVectors struct {
 	slots []int   // slot of each row of unit
 	row   []int32 // row of unit of each slot, −1 if none
 	used  []bool  // slot has a unit vector
+	dim   int
 }
 
 // NewWordVectors returns the word vectors of the columns of p (dim×words,
@@ -500,7 +501,7 @@ func NewWordVectors(p mat.Matrix) *WordVectors {
 	}
 	raw := pd.RawMatrix()
 	dim, n := raw.Rows, raw.Cols
-	wv := &WordVectors{row: make([]int32, n), used: make([]bool, n)}
+	wv := &WordVectors{row: make([]int32, n), used: make([]bool, n), dim: dim}
 	written := wv.used // slots whose column is not zero; used is set below
 	for r := range dim {
 		for a, x := range raw.Data[r*raw.Stride : r*raw.Stride+n] {
@@ -556,16 +557,7 @@ func (wv *WordVectors) Vector(id int) []float64 {
 	if i := wv.row[id]; i >= 0 {
 		return slices.Clone(wv.unit.RawRowView(int(i)))
 	}
-	return make([]float64, wv.dim())
-}
-
-// dim returns the dimension of the vectors (0 if none is stored).
-func (wv *WordVectors) dim() int {
-	if wv.unit == nil {
-		return 0
-	}
-	_, dim := wv.unit.Dims()
-	return dim
+	return make([]float64, wv.dim)
 }
 
 // Neighbours returns in dst (reused if it has the capacity) the k words
@@ -590,7 +582,7 @@ func (wv *WordVectors) Neighbours(dst [][]Neighbour, ids []int, k int) [][]Neigh
 	}
 	var sims mat.Dense
 	if wv.unit != nil {
-		q := mat.NewDense(len(ids), wv.dim(), nil)
+		q := mat.NewDense(len(ids), wv.dim, nil)
 		for i, id := range ids {
 			if r := wv.row[id]; r >= 0 {
 				q.SetRow(i, wv.unit.RawRowView(int(r)))

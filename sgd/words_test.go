@@ -710,6 +710,20 @@ func TestWordVectorsNeighbours(t *testing.T) {
 	if vecs.Used(3) || !vecs.Used(4) || vecs.Len() != 6 {
 		t.Error("Used or Len wrong")
 	}
+	if v := vecs.Vector(3); len(v) != 2 || v[0] != 0 || v[1] != 0 {
+		t.Errorf("Vector of the unused slot 3 = %v, want [0 0]", v)
+	}
+	if v := vecs.Vector(1); len(v) != 2 || v[0] != 1 || v[1] != 0 {
+		t.Errorf("Vector(1) = %v, want [1 0]", v)
+	}
+	// No slot in use: every list is empty and every vector zero.
+	none := sgd.NewWordVectors(mat.NewDense(2, 3, nil))
+	if got := none.Neighbours(nil, []int{0, 2}, 3); len(got) != 2 || len(got[0]) != 0 || len(got[1]) != 0 {
+		t.Errorf("no slot in use: neighbours %v", got)
+	}
+	if v := none.Vector(1); len(v) != 2 || v[0] != 0 || v[1] != 0 {
+		t.Errorf("no slot in use: Vector(1) = %v, want [0 0]", v)
+	}
 	// k beyond the words in use gives them all.
 	if all := vecs.Neighbours(got, []int{0}, 10); len(all) != 1 || len(all[0]) != 4 {
 		t.Errorf("k = 10: %v", all)
