@@ -261,8 +261,15 @@ func thickRestart(op Operator, nev, m int, s LanczosSettings, rng *rand.Rand) (L
 	t := mat.NewSymDense(m, nil)
 	h := make([]float64, m+1)
 	h2 := make([]float64, m+1)
-	w := make([]float64, n)
-	wv := blas64.Vector{N: n, Inc: 1, Data: w}
+	// w is the vector being formed, in place in the basis row it is to
+	// become (within row j+1 while step j extends the basis), so that no
+	// copy puts it there.
+	var w []float64
+	var wv blas64.Vector
+	wAt := func(row int) {
+		w = q[row*n : (row+1)*n]
+		wv = blas64.Vector{N: n, Inc: 1, Data: w}
+	}
 
 	// orthogonalize removes from w its components along the first j
 	// basis vectors, twice ("twice is enough"), accumulating them in h.
@@ -363,14 +370,14 @@ func thickRestart(op Operator, nev, m int, s LanczosSettings, rng *rand.Rand) (L
 	// fresh fills basis row j with a random unit vector orthogonal to
 	// rows 0..j−1; it reports false if none exists (j = n).
 	fresh := func(j int) bool {
+		wAt(j)
 		for try := 0; try < 5; try++ {
 			for i := range w {
 				w[i] = rng.NormFloat64()
 			}
 			orthogonalize(j)
 			if nrm := blas64.Nrm2(wv); nrm > 1e-8*math.Sqrt(float64(n)) {
-				blas64.Copy(wv, vec(j))
-				blas64.Scal(1/nrm, vec(j))
+				blas64.Scal(1/nrm, wv)
 				return true
 			}
 		}
@@ -454,8 +461,10 @@ func thickRestart(op Operator, nev, m int, s LanczosSettings, rng *rand.Rand) (L
 			return res, fmt.Errorf("%w: the %d Ritz vectors found are far from orthonormal", errPartialLost, nev)
 		}
 		if s.Partial && converged {
-			// Verify: the residuals of the vectors themselves.
+			// Verify: the residuals of the vectors themselves, formed in
+			// row m (no longer needed).
 			bound := (tol + 50*sqrtEps) * anorm
+			wAt(m)
 			for i := range nev {
 				op.Apply(w, q[i*n:(i+1)*n])
 				res.Applies++
@@ -483,6 +492,7 @@ func thickRestart(op Operator, nev, m int, s LanczosSettings, rng *rand.Rand) (L
 		used := m
 		lostBeta := 0.0 // Partial: largest β left out of T at a breakdown
 		for j := k; j < m; j++ {
+			wAt(j + 1)
 			op.Apply(w, q[j*n:(j+1)*n])
 			res.Applies++
 			var beta float64
@@ -576,8 +586,7 @@ func thickRestart(op Operator, nev, m int, s LanczosSettings, rng *rand.Rand) (L
 				last = 0
 				continue
 			}
-			blas64.Copy(wv, vec(j+1))
-			blas64.Scal(1/beta, vec(j+1))
+			blas64.Scal(1/beta, wv)
 			last = beta
 		}
 
