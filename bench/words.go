@@ -43,8 +43,9 @@ const DefaultNeighbourQueries = "monday,june,three,red,mother,water,church,presi
 //     words_lanczos_passes, words_lanczos_redone: the eigensolver (its
 //     time, products with the operator, thick restarts,
 //     reorthogonalisation sweeps over the whole basis, and whether the
-//     solve with partial reorthogonalisation failed its verification and
-//     was redone with full: the counts then include both);
+//     solve with partial reorthogonalisation lost its way (see
+//     spectral.LanczosResult.Redone) and was redone with full: the
+//     counts then include both);
 //   - words_first_token_to_embeddings_seconds: from the first token added
 //     to usable embeddings (ingest, solve and the neighbour index);
 //   - words_eigenvalue_first, words_eigenvalue_last: the generalized

@@ -790,12 +790,15 @@ func BenchmarkWordVectorsNeighbours(b *testing.B) {
 	const slots, used = 50000, 8471
 	p := mat.NewDense(128, slots, nil)
 	for i := range 128 {
-		for j := 0; j < slots; j += slots / used {
-			p.Set(i, j, rng.NormFloat64())
+		for u := range used {
+			p.Set(i, u*slots/used, rng.NormFloat64())
 		}
 	}
 	vecs := sgd.NewWordVectors(p)
-	queries := []int{0, 5, 10, 15, 20, 25, 30, 35}
+	queries := make([]int, 8)
+	for u := range queries {
+		queries[u] = u * slots / used
+	}
 	var dst [][]sgd.Neighbour
 	b.ReportAllocs()
 	for b.Loop() {

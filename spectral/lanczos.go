@@ -140,9 +140,11 @@ type LanczosResult struct {
 	// sweeps of orthogonalisation over the whole basis (two a step by
 	// default, about one with OnePass, fewer than one with Partial).
 	Applies, Restarts, Passes int
-	// Redone is set when Partial's result failed its verification and
-	// the solve was redone with full reorthogonalisation; the counts
-	// include both solves.
+	// Redone is set when Partial lost its way (its pairs failed their
+	// verification, its Ritz vectors were far from orthonormal, or its
+	// projected matrix could not be diagonalised) and the solve was
+	// redone with full reorthogonalisation; the counts include both
+	// solves.
 	Redone bool
 }
 

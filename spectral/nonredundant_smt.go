@@ -84,6 +84,7 @@ func SolveSMTNonRedundant(dst *mat.Dense, pb Pencil, s Settings, nr NonRedundant
 		res.Applies += lr.Applies
 		res.Restarts += lr.Restarts
 		res.Passes += lr.Passes
+		res.Redone = lr.Redone
 		if err != nil {
 			return res, fmt.Errorf("spectral: dropped eigenvectors: %w", err)
 		}
