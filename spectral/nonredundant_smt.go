@@ -81,10 +81,7 @@ func SolveSMTNonRedundant(dst *mat.Dense, pb Pencil, s Settings, nr NonRedundant
 	var fixed *mat.Dense
 	if s.Drop > 0 {
 		lr, err := Smallest(q, s.Drop, s.Lanczos, rand.NewPCG(rng.Uint64(), rng.Uint64()))
-		res.Applies += lr.Applies
-		res.Restarts += lr.Restarts
-		res.Passes += lr.Passes
-		res.Redone = lr.Redone
+		res.addLanczos(lr)
 		if err != nil {
 			return res, fmt.Errorf("spectral: dropped eigenvectors: %w", err)
 		}

@@ -119,6 +119,14 @@ type Result struct {
 	Redone                    bool
 }
 
+// addLanczos adds the counts of a Lanczos solve to r's, and its redo.
+func (r *Result) addLanczos(lr LanczosResult) {
+	r.Applies += lr.Applies
+	r.Restarts += lr.Restarts
+	r.Passes += lr.Passes
+	r.Redone = r.Redone || lr.Redone
+}
+
 // Errors of SolveSMT.
 var (
 	// ErrTooFewAtoms means fewer atoms are in use than Dim+Drop.
@@ -200,7 +208,7 @@ func SolveSMT(dst *mat.Dense, pb Pencil, s Settings, src rand.Source) (Result, e
 		}
 		var lr LanczosResult
 		lr, err = Smallest(op, want, s.Lanczos, src)
-		res.Applies, res.Restarts, res.Passes, res.Redone = lr.Applies, lr.Restarts, lr.Passes, lr.Redone
+		res.addLanczos(lr)
 		if lr.Vectors == nil {
 			return res, err
 		}
