@@ -27,10 +27,10 @@
 // reorthogonalisation, finds the few eigenvectors needed without any
 // dense n×n factorisation: at K = 4096 and Dim = 32 a solve takes a few
 // hundred products. A deflation check after convergence finds the copies
-// of a repeated eigenvalue (a co-occurrence graph in several
-// components) that a single Krylov space misses. The Dense method (gonum's EigenSym, O(n³)) is the
-// reference for small problems and the path for non-diagonal V (f_gq
-// codes).
+// of a repeated eigenvalue (a co-occurrence graph in several components)
+// that a single Krylov space misses. The Dense method (gonum's EigenSym,
+// O(n³)) is the reference for small problems and the path for
+// non-diagonal V (f_gq codes).
 //
 // # Non-redundant spectral embeddings
 //
