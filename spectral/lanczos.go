@@ -135,6 +135,11 @@ type LanczosResult struct {
 	Vectors *mat.Dense
 	// Residuals are ‖A y_i − θ_i y_i‖ of each pair.
 	Residuals []float64
+	LanczosCounts
+}
+
+// LanczosCounts is the work of one or more Lanczos solves.
+type LanczosCounts struct {
 	// Applies and Restarts count the operator applications and the
 	// thick restarts, those of the deflation check included; Passes the
 	// sweeps of orthogonalisation over the whole basis (two a step by
@@ -146,6 +151,14 @@ type LanczosResult struct {
 	// redone with full reorthogonalisation; the counts include both
 	// solves.
 	Redone bool
+}
+
+// add adds the counts of o to c's; c is Redone if either was.
+func (c *LanczosCounts) add(o LanczosCounts) {
+	c.Applies += o.Applies
+	c.Restarts += o.Restarts
+	c.Passes += o.Passes
+	c.Redone = c.Redone || o.Redone
 }
 
 // ErrNoConvergence is wrapped by the error of Smallest when MaxApply
@@ -229,9 +242,7 @@ func Smallest(op Operator, nev int, s LanczosSettings, src rand.Source) (Lanczos
 	}
 	s.Partial = false
 	full, err := thickRestart(op, nev, m, s, rng)
-	full.Applies += res.Applies
-	full.Restarts += res.Restarts
-	full.Passes += res.Passes
+	full.add(res.LanczosCounts)
 	full.Redone = true
 	return full, err
 }

@@ -142,9 +142,12 @@ type NonRedundantResult struct {
 	// Ranks are the numbers r of right singular vectors of each
 	// coordinate's smoother projected out (0 for the first).
 	Ranks []int
-	// Applies counts the products with K; SmootherProducts the
-	// products of a vector with a smoother or its transpose.
-	Applies, SmootherProducts int
+	// LanczosCounts sum the coordinates' Lanczos solves: Applies
+	// counts the products with K.
+	LanczosCounts
+	// SmootherProducts counts the products of a vector with a smoother
+	// or its transpose.
+	SmootherProducts int
 }
 
 // Errors of the non-redundant solves.
@@ -276,7 +279,7 @@ func NonRedundant(dst *mat.Dense, pr NonRedundantProblem, dim int, s NonRedundan
 			return res, fmt.Errorf("%w: coordinate %d: %d of %d directions constrained", ErrNoRoom, i+1, op.rank(), n)
 		}
 		lr, lerr := Smallest(op, 1, s.Lanczos, rand.NewPCG(rng.Uint64(), rng.Uint64()))
-		res.Applies += lr.Applies
+		res.add(lr.LanczosCounts)
 		if lr.Vectors == nil {
 			return res, fmt.Errorf("spectral: coordinate %d: %w", i+1, lerr)
 		}

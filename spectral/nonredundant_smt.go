@@ -69,7 +69,7 @@ func SolveSMTNonRedundant(dst *mat.Dense, pb Pencil, s Settings, nr NonRedundant
 
 	// The top of Q's spectrum, for the shift of step 2.
 	top, err := Smallest(negated{q}, 1, LanczosSettings{Tol: 1e-6}, rand.NewPCG(rng.Uint64(), rng.Uint64()))
-	res.Applies += top.Applies
+	res.add(top.LanczosCounts)
 	if top.Vectors == nil {
 		return res, err
 	}
@@ -81,7 +81,7 @@ func SolveSMTNonRedundant(dst *mat.Dense, pb Pencil, s Settings, nr NonRedundant
 	var fixed *mat.Dense
 	if s.Drop > 0 {
 		lr, err := Smallest(q, s.Drop, s.Lanczos, rand.NewPCG(rng.Uint64(), rng.Uint64()))
-		res.addLanczos(lr)
+		res.add(lr.LanczosCounts)
 		if err != nil {
 			return res, fmt.Errorf("spectral: dropped eigenvectors: %w", err)
 		}
@@ -100,7 +100,7 @@ func SolveSMTNonRedundant(dst *mat.Dense, pb Pencil, s Settings, nr NonRedundant
 	}
 	f := mat.NewDense(nu, s.Dim, nil)
 	nres, err := NonRedundant(f, pr, s.Dim, nr, rand.NewPCG(rng.Uint64(), rng.Uint64()))
-	res.Applies += nres.Applies
+	res.add(nres.LanczosCounts)
 	if err != nil && !errors.Is(err, ErrNoConvergence) {
 		return res, err
 	}

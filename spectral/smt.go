@@ -113,18 +113,8 @@ type Result struct {
 	Atoms int
 	// Method is the method used (never Auto).
 	Method Method
-	// Applies, Restarts and Passes are the Lanczos counts (zero for
-	// Dense), and Redone its LanczosResult.Redone.
-	Applies, Restarts, Passes int
-	Redone                    bool
-}
-
-// addLanczos adds the counts of a Lanczos solve to r's, and its redo.
-func (r *Result) addLanczos(lr LanczosResult) {
-	r.Applies += lr.Applies
-	r.Restarts += lr.Restarts
-	r.Passes += lr.Passes
-	r.Redone = r.Redone || lr.Redone
+	// LanczosCounts sum the work of the Lanczos solves (zero for Dense).
+	LanczosCounts
 }
 
 // Errors of SolveSMT.
@@ -208,7 +198,7 @@ func SolveSMT(dst *mat.Dense, pb Pencil, s Settings, src rand.Source) (Result, e
 		}
 		var lr LanczosResult
 		lr, err = Smallest(op, want, s.Lanczos, src)
-		res.addLanczos(lr)
+		res.add(lr.LanczosCounts)
 		if lr.Vectors == nil {
 			return res, err
 		}
