@@ -35,7 +35,7 @@ type Client struct {
 	prefix string
 
 	mu        sync.Mutex
-	pipelines map[string]Pipeline // from the last status, by name
+	pipelines map[string]PipelineInfo // from the last look-up, by name
 }
 
 // Option configures a Client.
@@ -102,8 +102,9 @@ type Status struct {
 	Daemon string `json:"daemon,omitempty"`
 }
 
-// Pipeline is one pipeline of a Status.
-type Pipeline struct {
+// PipelineInfo is what a client needs to talk to a pipeline, from the
+// daemon's pipelines endpoint (smtd.pipelines), which every role may ask.
+type PipelineInfo struct {
 	Name string `json:"name"`
 	// Modality is "image", "video" or "text".
 	Modality string `json:"modality"`
@@ -111,7 +112,13 @@ type Pipeline struct {
 	Input  string `json:"input"`
 	Output string `json:"output"`
 	// Image is the shape of the pipeline's images; nil for text.
-	Image        *Shape `json:"image,omitempty"`
+	Image *Shape `json:"image,omitempty"`
+}
+
+// Pipeline is one pipeline of a Status: its description, health and
+// counters.
+type Pipeline struct {
+	PipelineInfo
 	ModelVersion uint64 `json:"model_version"`
 	Health       struct {
 		State  string `json:"state"`
@@ -174,37 +181,43 @@ func (c *Client) Status(ctx context.Context) (*Status, error) {
 	if err := json.Unmarshal(m.Data, &st); err != nil {
 		return nil, fmt.Errorf("smtd client: status reply: %w", err)
 	}
-	c.mu.Lock()
-	c.pipelines = make(map[string]Pipeline, len(st.Pipelines))
-	for _, p := range st.Pipelines {
-		c.pipelines[p.Name] = p
-	}
-	c.mu.Unlock()
 	return &st, nil
 }
 
-// Pipeline returns the status of one pipeline; the first call for a
-// pipeline asks the daemon, later ones reuse the subjects and shape it
-// gave (they do not change while the daemon runs).
-func (c *Client) Pipeline(ctx context.Context, name string) (Pipeline, error) {
+// Pipeline describes one pipeline: its subjects, modality and shape. The
+// first call asks the daemon's pipelines endpoint (smtd.pipelines), which
+// every role may ask, unlike the status; later calls reuse its answer
+// (these do not change while the daemon runs).
+func (c *Client) Pipeline(ctx context.Context, name string) (PipelineInfo, error) {
 	c.mu.Lock()
 	p, ok := c.pipelines[name]
 	c.mu.Unlock()
 	if ok {
 		return p, nil
 	}
-	st, err := c.Status(ctx)
+	m, err := c.request(ctx, c.prefix+".pipelines", nil, nil)
 	if err != nil {
-		return Pipeline{}, err
+		return PipelineInfo{}, err
+	}
+	var r struct {
+		Pipelines []PipelineInfo `json:"pipelines"`
+	}
+	if err := json.Unmarshal(m.Data, &r); err != nil {
+		return PipelineInfo{}, fmt.Errorf("smtd client: pipelines reply: %w", err)
 	}
 	var names []string
-	for _, p := range st.Pipelines {
-		if p.Name == name {
-			return p, nil
-		}
+	c.mu.Lock()
+	c.pipelines = make(map[string]PipelineInfo, len(r.Pipelines))
+	for _, p := range r.Pipelines {
+		c.pipelines[p.Name] = p
 		names = append(names, p.Name)
 	}
-	return Pipeline{}, fmt.Errorf("%w %q (the daemon runs %s)", ErrNoPipeline, name, strings.Join(names, ", "))
+	p, ok = c.pipelines[name]
+	c.mu.Unlock()
+	if !ok {
+		return PipelineInfo{}, fmt.Errorf("%w %q (the daemon runs %s)", ErrNoPipeline, name, strings.Join(names, ", "))
+	}
+	return p, nil
 }
 
 // Embed asks for the embedding of an image by an image or video

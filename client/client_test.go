@@ -130,3 +130,85 @@ func TestDecodeAgreesWithTheDaemon(t *testing.T) {
 		t.Errorf("embedding text by a video pipeline: %v, want a 400 *client.Error", err)
 	}
 }
+
+// The client works with the rights of each role: a producer looks up a
+// pipeline and feeds it, a consumer embeds and reads outputs, and only
+// an operator reads the status.
+func TestClientRoles(t *testing.T) {
+	cfg := config.Default()
+	cfg.DataDir = t.TempDir()
+	cfg.NATS.Listen = "127.0.0.1:-1"
+	cfg.Log.Level = "error"
+	cfg.Pipelines = []config.Pipeline{config.DefaultPipeline(config.Image, "images")}
+	for _, r := range []string{config.RoleProducer, config.RoleConsumer, config.RoleOperator} {
+		t.Setenv("SMTD_TEST_"+r, r+"-secret")
+		cfg.NATS.Users = append(cfg.NATS.Users, config.User{User: r, PasswordEnv: "SMTD_TEST_" + r, Role: r})
+	}
+	d, err := daemon.New(cfg, daemon.Options{Logger: daemon.NewLogger(io.Discard, "json")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer d.Shutdown(context.Background())
+	as := func(role string) *client.Client {
+		c, err := client.Connect(d.ClientURL(), client.WithNATSOptions(nats.UserInfo(role, role+"-secret")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		return c
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	consumer := as(config.RoleConsumer)
+	outs, err := consumer.Outputs(ctx, "images")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outs.Close()
+
+	producer := as(config.RoleProducer)
+	p, err := producer.Pipeline(ctx, "images")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := nats.NewMsg(p.Input)
+	m.Header.Set("Smtd-Shape", strconv.Itoa(p.Image.Height)+","+strconv.Itoa(p.Image.Width))
+	m.Header.Set("Smtd-Dtype", "uint8")
+	m.Data = make([]byte, p.Image.Width*p.Image.Height)
+	for i := range m.Data {
+		m.Data[i] = byte(i * 7)
+	}
+	if err := producer.Conn().PublishMsg(m); err != nil {
+		t.Fatal(err)
+	}
+	if e, err := outs.Next(ctx); err != nil || len(e.Vector) == 0 {
+		t.Fatalf("the consumer's output of the producer's image: %d numbers, %v", len(e.Vector), err)
+	}
+	ramp := image.NewGray(image.Rect(0, 0, p.Image.Width, p.Image.Height))
+	if e, err := consumer.Embed(ctx, "images", ramp); err != nil || len(e.Vector) == 0 {
+		t.Errorf("the consumer's embedding: %d numbers, %v", len(e.Vector), err)
+	}
+
+	short, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	for _, role := range []string{config.RoleProducer, config.RoleConsumer} {
+		if _, err := as(role).Status(short); err == nil {
+			t.Errorf("a %s read the status", role)
+		}
+	}
+	operator := as(config.RoleOperator)
+	for {
+		st, err := operator.Status(ctx)
+		if err != nil || len(st.Pipelines) != 1 {
+			t.Fatalf("the operator's status: %+v, %v; want the pipeline", st, err)
+		}
+		if st.Pipelines[0].Learned == 1 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

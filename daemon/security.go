@@ -69,9 +69,10 @@ func secureEmbedded(cfg *config.Config, opts *server.Options) ([]nats.Option, er
 // rolePermissions returns the subjects a role may use on the embedded
 // server; anything not allowed is denied. With prefix P:
 //
-//	producer  publish   every pipeline's input subject
-//	          subscribe _INBOX.> (JetStream publish acknowledgements)
-//	consumer  publish   P.embed.*, P.neighbours.* (queries)
+//	producer  publish   every pipeline's input subject, P.pipelines
+//	          subscribe _INBOX.> (JetStream publish acknowledgements,
+//	                    replies)
+//	consumer  publish   P.embed.*, P.neighbours.* (queries), P.pipelines
 //	          subscribe every output subject O and O.>, P.events.>, _INBOX.>
 //	operator  what a consumer may, and
 //	          publish   P.control.>, P.status, $SRV.> (micro discovery),
@@ -91,14 +92,16 @@ func rolePermissions(cfg *config.Config, role string) *server.Permissions {
 		inputs = append(inputs, p.Input.Subject)
 		outputs = append(outputs, p.Output.Subject, p.Output.Subject+".>")
 	}
-	queries := []string{cfg.Subject("embed.*"), cfg.Subject("neighbours.*")}
+	// P.pipelines tells every role the pipelines' subjects and shapes,
+	// what smtd feed, smtd tail and package client look up first.
+	queries := []string{cfg.Subject("embed.*"), cfg.Subject("neighbours.*"), cfg.Subject("pipelines")}
 	reading := append(append([]string{}, outputs...), cfg.Subject("events.>"), nats.InboxPrefix+">")
 	switch role {
 	case config.RoleProducer:
 		deny := []string{"$JS.>", "$KV.>", "$O.>", "$SRV.>", "$SYS.>", "_INBOX.>", daemonInbox + ".>", prefix + ".control.>",
 			prefix + ".status", prefix + ".events.>", prefix + ".embed.>", prefix + ".neighbours.>", prefix + ".work.>"}
 		return &server.Permissions{
-			Publish:   &server.SubjectPermission{Allow: inputs, Deny: append(deny, outputs...)},
+			Publish:   &server.SubjectPermission{Allow: append(inputs, cfg.Subject("pipelines")), Deny: append(deny, outputs...)},
 			Subscribe: &server.SubjectPermission{Allow: []string{nats.InboxPrefix + ">"}},
 		}
 	case config.RoleConsumer:

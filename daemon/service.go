@@ -63,6 +63,7 @@ func (d *Daemon) addService() (micro.Service, error) {
 		{"reload", d.cfg.Subject("control.reload"), d.handleReload},
 		{"checkpoint", d.cfg.Subject("control.checkpoint"), d.handleCheckpoint},
 		{"status", d.cfg.Subject("status"), d.handleStatus},
+		{"pipelines", d.cfg.Subject("pipelines"), d.handlePipelines},
 	}
 	if c := d.cluster; c != nil {
 		// Any daemon answers the shared subjects; these reach this one.
@@ -344,12 +345,51 @@ func (d *Daemon) passCheckpoint(pipeline string, l *Lease) ([]*checkpointInfo, e
 	return infos, nil
 }
 
+// PipelineInfo is what a client needs to talk to a pipeline: its name,
+// modality, subjects and image shape.
+type PipelineInfo struct {
+	Name     string `json:"name"`
+	Modality string `json:"modality"`
+	Input    string `json:"input"`
+	Output   string `json:"output"`
+	// Image is the shape the pipeline's images or frames must have (nil
+	// for text), so that clients such as smtd feed can convert theirs.
+	Image *ImageStatus `json:"image,omitempty"`
+}
+
+// pipelineInfo describes the pipeline of config p.
+func pipelineInfo(p *config.Pipeline) PipelineInfo {
+	info := PipelineInfo{Name: p.Name, Modality: string(p.Modality), Input: p.Input.Subject, Output: p.Output.Subject}
+	if p.Modality != config.Text {
+		info.Image = &ImageStatus{Width: p.Image.Width, Height: p.Image.Height, Channels: p.Image.Channels}
+	}
+	return info
+}
+
+// PipelinesReply is the reply of the pipelines endpoint (P.pipelines),
+// which every role may ask: the pipelines' descriptions, none of their
+// state.
+type PipelinesReply struct {
+	Version   string         `json:"version"`
+	Pipelines []PipelineInfo `json:"pipelines"`
+}
+
+// Pipelines describes the daemon's pipelines.
+func (d *Daemon) Pipelines() PipelinesReply {
+	r := PipelinesReply{Version: Version}
+	for _, pl := range d.pipelines {
+		snap := pl.acquire()
+		r.Pipelines = append(r.Pipelines, pipelineInfo(&snap.cfg))
+		snap.release()
+	}
+	return r
+}
+
+func (d *Daemon) handlePipelines(req micro.Request) { req.RespondJSON(d.Pipelines()) }
+
 // PipelineStatus is one pipeline's entry in the status reply.
 type PipelineStatus struct {
-	Name         string `json:"name"`
-	Modality     string `json:"modality"`
-	Input        string `json:"input"`
-	Output       string `json:"output"`
+	PipelineInfo
 	ModelVersion uint64 `json:"model_version"`
 	Health       Health `json:"health"`
 	LastSeq      uint64 `json:"last_seq"`
@@ -379,13 +419,9 @@ type PipelineStatus struct {
 	// ServedVersion is the model version this daemon answers queries
 	// with.
 	ServedVersion uint64 `json:"served_version"`
-
-	// Image is the shape the pipeline's images or frames must have (nil
-	// for text), so that clients such as smtd feed can convert theirs.
-	Image *ImageStatus `json:"image,omitempty"`
 }
 
-// ImageStatus is the image shape of a PipelineStatus.
+// ImageStatus is the image shape of a pipeline.
 type ImageStatus struct {
 	Width    int `json:"width"`
 	Height   int `json:"height"`
@@ -421,14 +457,11 @@ func (d *Daemon) Status() Status {
 		c := pl.stats.state() // before the snapshot: see settle
 		snap := pl.acquire()
 		ps := PipelineStatus{
-			Name: pl.name, Modality: string(snap.cfg.Modality), Input: snap.cfg.Input.Subject, Output: snap.cfg.Output.Subject,
-			Health: *pl.health.Load(), LastSeq: pl.stats.lastSeq.Load(), Backlog: pl.stats.backlog.Load(),
+			PipelineInfo: pipelineInfo(&snap.cfg), Health: *pl.health.Load(),
+			LastSeq: pl.stats.lastSeq.Load(), Backlog: pl.stats.backlog.Load(),
 			Received: c.Received, Redelivered: c.Redelivered, Learned: c.Learned, NotLearned: c.NotLearned,
 			Rejected: c.Rejected, ByReason: c.ByReason, Published: c.Published, Lost: c.Lost,
 			Checkpoints: c.Checkpoints, Rollbacks: c.Rollbacks,
-		}
-		if snap.cfg.Modality != config.Text {
-			ps.Image = &ImageStatus{Width: snap.cfg.Image.Width, Height: snap.cfg.Image.Height, Channels: snap.cfg.Image.Channels}
 		}
 		ps.ModelVersion = snap.version
 		ps.ServedVersion = snap.version
