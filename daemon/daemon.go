@@ -32,6 +32,10 @@ type Options struct {
 	// Logger receives the daemon's logs. Its level is changed by reloads
 	// that change log.level, so pass a logger built with NewLogger.
 	Logger *Logger
+	// Override, when not nil, changes every config a reload reads, as it
+	// changed the one the daemon was started with: settings of the
+	// command line, which win over the file's at every reload too.
+	Override func(*config.Config)
 }
 
 // Daemon hosts the pipelines of one configuration.

@@ -255,6 +255,47 @@ func TestReload(t *testing.T) {
 	}
 }
 
+// Settings of the command line (Options.Override) win over the file's at
+// every reload too: a file without log.format reloads under --log-format
+// console, where it was refused as a change of a field fixed at start.
+func TestReloadKeepsOverride(t *testing.T) {
+	cfg := testConfig(t, digitsPipeline("digits", "mnist.images", 16))
+	path := filepath.Join(t.TempDir(), "smtd.yaml")
+	write := func(c *config.Config) {
+		data, err := yaml.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(cfg)
+	override := func(c *config.Config) { c.Log.Format, c.Log.Level = "console", "error" }
+	started := *cfg
+	override(&started)
+	d, err := New(&started, Options{ConfigPath: path, Logger: NewLogger(testWriter{t}, "console"), Override: override})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Shutdown(context.Background()) })
+
+	next := *cfg
+	next.Pipelines = []config.Pipeline{cfg.Pipelines[0]}
+	next.Pipelines[0].KMeans.LearningRate = 0.25
+	write(&next)
+	res, err := d.Reload(context.Background(), nil)
+	if err != nil || res.ConfigVersion != 2 || len(res.Applied) != 1 {
+		t.Fatalf("reload from the file: %+v, %v; want version 2, one field applied", res, err)
+	}
+	if l := d.cfg.Log; l.Format != "console" || l.Level != "error" {
+		t.Errorf("log %+v after the reload, want the command line's console and error", l)
+	}
+}
+
 // A checkpoint that does not fit the config, or a corrupt one, is refused
 // as a whole: the daemon does not start on it.
 func TestCheckpointRefused(t *testing.T) {

@@ -215,6 +215,9 @@ func (d *Daemon) Reload(ctx context.Context, data []byte) (*ReloadResult, error)
 	if err != nil {
 		return res, fmt.Errorf("smtd: reload: invalid config, nothing applied:\n%w", err)
 	}
+	if d.opts.Override != nil {
+		d.opts.Override(cfg)
+	}
 	live, refused := config.LiveChanges(d.cfg, cfg)
 	if len(refused) > 0 {
 		res.Refused = refused

@@ -17,8 +17,8 @@ import (
 func runDaemon(args []string, stderr io.Writer) error {
 	fs := newFlags("run", "smtd run [flags]", stderr)
 	path := fs.String("config", "", "YAML config `file` (default: the built-in config, see config/example.yaml)")
-	logFormat := fs.String("log-format", "", "log format: json or console (default: log.format of the config, json)")
-	logLevel := fs.String("log-level", "", "least log level: debug, info, warn, error (default: log.level of the config, info)")
+	logFormat := fs.String("log-format", "", "log format: json or console (default: log.format of the config, json); it wins over the config's at every reload too")
+	logLevel := fs.String("log-level", "", "least log level: debug, info, warn, error (default: log.level of the config, info); it wins over the config's at every reload too")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the daemon to `file` until it stops (read it with go tool pprof)")
 	tracePath := fs.String("trace", "", "write an execution trace of the daemon to `file` until it stops (read it with go tool trace; it grows by megabytes a second under load)")
 	if err := parse(fs, args); err != nil {
@@ -35,12 +35,16 @@ func runDaemon(args []string, stderr io.Writer) error {
 			return err
 		}
 	}
-	if *logFormat != "" {
-		cfg.Log.Format = *logFormat
+	// The command line wins over the file, at start and at every reload.
+	override := func(c *config.Config) {
+		if *logFormat != "" {
+			c.Log.Format = *logFormat
+		}
+		if *logLevel != "" {
+			c.Log.Level = *logLevel
+		}
 	}
-	if *logLevel != "" {
-		cfg.Log.Level = *logLevel
-	}
+	override(cfg)
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -55,7 +59,7 @@ func runDaemon(args []string, stderr io.Writer) error {
 	}
 	defer stopTrace()
 	logger := daemon.NewLogger(os.Stderr, cfg.Log.Format)
-	d, err := daemon.New(cfg, daemon.Options{ConfigPath: *path, Logger: logger})
+	d, err := daemon.New(cfg, daemon.Options{ConfigPath: *path, Logger: logger, Override: override})
 	if err != nil {
 		return err
 	}
