@@ -2,10 +2,13 @@ package daemon
 
 import (
 	"io"
+	"os"
 	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/smtd/smtd/internal/progress"
 )
 
 // Logger is a zerolog logger whose level can change while the daemon runs
@@ -16,10 +19,12 @@ type Logger struct {
 }
 
 // NewLogger logs to w as JSON lines (format "json") or human-readable lines
-// (format "console"), at level info until SetLevel.
+// (format "console", coloured only when w is a terminal), at level info
+// until SetLevel.
 func NewLogger(w io.Writer, format string) *Logger {
 	if format == "console" {
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339}
+		f, ok := w.(*os.File)
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339, NoColor: !ok || !progress.IsTerminal(f)}
 	}
 	min := new(atomic.Int32)
 	min.Store(int32(zerolog.InfoLevel))
