@@ -356,9 +356,9 @@ func TestPageEndpoints(t *testing.T) {
 
 // A text pipeline's word box: the neighbours of a word over HTTP, the
 // same answers as the neighbours endpoint, errors with their status; it
-// has no atom picture.
+// has no atom picture; an image pipeline has no neighbours.
 func TestNeighboursOverHTTP(t *testing.T) {
-	d := startDaemon(t, observedConfig(t, wordsPipeline()))
+	d := startDaemon(t, observedConfig(t, wordsPipeline(), digitsPipeline("digits", "mnist.images", 16)))
 	nc := connect(t, d.ClientURL())
 	if code, _, body := httpGet(t, d, "/api/pipelines/words/neighbours?word=the"); code != http.StatusServiceUnavailable {
 		t.Errorf("before any solve: %d %s, want 503", code, body)
@@ -381,6 +381,7 @@ func TestNeighboursOverHTTP(t *testing.T) {
 		"/api/pipelines/words/neighbours?word=a+b":     http.StatusBadRequest,
 		"/api/pipelines/words/neighbours?word=a&k=x":   http.StatusBadRequest,
 		"/api/pipelines/words/atoms.png":               http.StatusNotFound,
+		"/api/pipelines/digits/neighbours?word=the":    http.StatusNotFound,
 	} {
 		if code, _, body := httpGet(t, d, path); code != wantCode {
 			t.Errorf("%s: %d %s, want %d", path, code, body, wantCode)

@@ -161,7 +161,10 @@ func (pl *pipeline) neighbours(data []byte) queryReply {
 	}
 	defer snap.release()
 	t, _ := snap.model.(*textModel)
-	if t == nil || t.solved == nil {
+	if t == nil {
+		return errorReply("404", fmt.Sprintf("pipeline %s is a %s pipeline: only text pipelines have word neighbours", pl.name, snap.cfg.Modality))
+	}
+	if t.solved == nil {
 		return errorReply("503", "no word embeddings yet")
 	}
 	sv := t.solved
