@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"strings"
 	"time"
@@ -255,6 +256,16 @@ type ReplayOptions struct {
 	// NATS with the number handed so far (in the calling goroutine),
 	// for a progress display.
 	Published func(n int)
+	// Duplicate, if not nil, is called (in the calling goroutine) with
+	// the number of each message that JetStream acknowledged as a
+	// duplicate and did not store: its stream had stored a message with
+	// the same Nats-Msg-Id within its duplicate window (as when a
+	// recording of smtd feed's messages is replayed into the stream that
+	// took them). Replay does not count these.
+	Duplicate func(i int)
+	// StripMsgID publishes without the recorded Nats-Msg-Id headers, so
+	// that no stream drops a message as a duplicate of one it stored.
+	StripMsgID bool
 }
 
 // Validate checks the fields' ranges and that Subject is a literal subject.
@@ -287,8 +298,8 @@ func literalSubject(s string) bool {
 
 // Replay publishes the messages of r, headers included, to their recorded
 // subjects (or opts.Subject) in recorded order, and returns how many it
-// published (in JetStream mode: how many were acknowledged). See
-// ReplayOptions for pacing and JetStream.
+// published (in JetStream mode: how many were stored, duplicates left
+// out). See ReplayOptions for pacing, JetStream and duplicates.
 //
 // A damaged record ends the replay: the messages before it are published and
 // the read error is returned. If ctx ends first Replay returns ctx.Err(). It
@@ -316,7 +327,7 @@ func Replay(ctx context.Context, nc *nats.Conn, r *Reader, opts ReplayOptions) (
 			return 0, fmt.Errorf("record: replay: %w", err)
 		}
 		defer js.CleanupPublisher()
-		pub = &jsPublisher{js: js, window: window}
+		pub = &jsPublisher{js: js, window: window, duplicate: opts.Duplicate}
 	} else {
 		pub = &corePublisher{nc: nc, ackWait: ackWait}
 	}
@@ -361,7 +372,12 @@ func Replay(ctx context.Context, nc *nats.Conn, r *Reader, opts ReplayOptions) (
 		if opts.Subject != "" {
 			subj = opts.Subject
 		}
-		if err := pub.publish(ctx, i, &nats.Msg{Subject: subj, Header: m.Header, Data: m.Data}); err != nil {
+		h := m.Header
+		if opts.StripMsgID && h.Get(nats.MsgIdHdr) != "" {
+			h = maps.Clone(h)
+			h.Del(nats.MsgIdHdr)
+		}
+		if err := pub.publish(ctx, i, &nats.Msg{Subject: subj, Header: h, Data: m.Data}); err != nil {
 			return pub.done(), err
 		}
 		if opts.Published != nil {
@@ -412,12 +428,13 @@ func (p *corePublisher) done() int { return p.n }
 // jsPublisher keeps at most window asynchronous publishes in flight and
 // checks their acknowledgements in publish order.
 type jsPublisher struct {
-	js      jetstream.JetStream
-	window  int
-	pending []pendingAck // FIFO, oldest first
-	acked   int
-	stream  string
-	seq     uint64
+	js        jetstream.JetStream
+	window    int
+	pending   []pendingAck // FIFO, oldest first
+	stored    int
+	stream    string
+	seq       uint64
+	duplicate func(i int)
 }
 
 type pendingAck struct {
@@ -449,10 +466,14 @@ func (p *jsPublisher) waitOldest(ctx context.Context) error {
 			return fmt.Errorf("%w: message %d stored at %s sequence %d after sequence %d",
 				ErrOutOfOrder, pa.i, ack.Stream, ack.Sequence, p.seq)
 		}
-		if !ack.Duplicate {
-			p.stream, p.seq = ack.Stream, ack.Sequence
+		if ack.Duplicate {
+			if p.duplicate != nil {
+				p.duplicate(pa.i)
+			}
+			return nil
 		}
-		p.acked++
+		p.stream, p.seq = ack.Stream, ack.Sequence
+		p.stored++
 		return nil
 	case err := <-pa.fut.Err():
 		return fmt.Errorf("record: replay: message %d to %q: %w", pa.i, pa.fut.Msg().Subject, err)
@@ -470,4 +491,4 @@ func (p *jsPublisher) finish(ctx context.Context) error {
 	return nil
 }
 
-func (p *jsPublisher) done() int { return p.acked }
+func (p *jsPublisher) done() int { return p.stored }

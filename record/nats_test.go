@@ -368,6 +368,46 @@ func TestReplayJetStream(t *testing.T) {
 	}
 }
 
+// Messages with a Nats-Msg-Id replayed into the stream that stored them
+// are acknowledged as duplicates: counted apart, not as replayed, unless
+// the ids are stripped.
+func TestReplayDuplicates(t *testing.T) {
+	_, nc := runServer(t)
+	ctx := context.Background()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := testMessages(20)
+	for i, m := range msgs {
+		if i%2 == 0 {
+			m.Header.Set(nats.MsgIdHdr, fmt.Sprint("id-", i))
+		}
+	}
+	var dups []int
+	opts := ReplayOptions{JetStream: true, Duplicate: func(i int) { dups = append(dups, i) }}
+	if n, err := Replay(ctx, nc, recording(t, msgs), opts); err != nil || n != 20 || len(dups) != 0 {
+		t.Fatalf("first replay: %d stored, duplicates %v, %v", n, dups, err)
+	}
+	if n, err := Replay(ctx, nc, recording(t, msgs), opts); err != nil || n != 10 || len(dups) != 10 || dups[0] != 0 || dups[9] != 18 {
+		t.Fatalf("again: %d stored, duplicates %v, %v; want 10 stored, the even messages duplicates", n, dups, err)
+	}
+	opts.StripMsgID = true
+	if n, err := Replay(ctx, nc, recording(t, msgs), opts); err != nil || n != 20 || len(dups) != 10 {
+		t.Fatalf("ids stripped: %d stored, duplicates %v, %v; want all 20 stored", n, dups, err)
+	}
+	if info, err := stream.Info(ctx); err != nil || info.State.Msgs != 50 {
+		t.Fatalf("stream holds %v messages, %v; want 50", info.State.Msgs, err)
+	}
+	if m, err := stream.GetMsg(ctx, 50); err != nil || m.Header.Get(nats.MsgIdHdr) != "" {
+		t.Errorf("last stored message: %v, %v; want no Nats-Msg-Id", m, err)
+	}
+}
+
 // TestReplayDamaged replays a recording cut by a crash: the whole records go
 // out and the truncation is reported.
 func TestReplayDamaged(t *testing.T) {

@@ -67,6 +67,7 @@ func replayCmd(args []string, stdout, stderr io.Writer) error {
 	speed := fs.Float64("speed", 1, "with --rate, play this many times faster than recorded")
 	subject := fs.String("subject", "", "publish every message to this subject instead of its recorded one")
 	js := fs.Bool("jetstream", true, "publish through JetStream and wait for every acknowledgement (the subject must be captured by a stream, as the daemon's inputs are; a producer of the embedded server may do this); false publishes plain core NATS messages")
+	stripIDs := fs.Bool("strip-msg-id", false, "publish without the recorded Nats-Msg-Id headers: a stream that stored the messages within its duplicate window (24 h for the daemon's inputs) stores them again instead of dropping them as duplicates")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -92,9 +93,13 @@ func replayCmd(args []string, stdout, stderr io.Writer) error {
 	defer stop()
 	start := time.Now()
 	bar := progress.NewBar(progress.Stderr(), "replay", 0)
+	duplicates := 0
 	n, err := record.Replay(ctx, nc, r, record.ReplayOptions{Subject: *subject, Rate: *rate, Speed: *speed, JetStream: *js,
-		Published: func(int) { bar.Add(1) }})
+		StripMsgID: *stripIDs, Published: func(int) { bar.Add(1) }, Duplicate: func(int) { duplicates++ }})
 	bar.Done()
 	fmt.Fprintf(stdout, "replayed %d messages in %s\n", n, time.Since(start).Round(time.Millisecond))
+	if duplicates > 0 {
+		fmt.Fprintf(stdout, "%d more dropped by the stream as duplicates: it stored messages with the same Nats-Msg-Id within its duplicate window (--strip-msg-id publishes them as new)\n", duplicates)
+	}
 	return err
 }
