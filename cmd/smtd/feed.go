@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -31,9 +32,11 @@ func feedCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if len(rest) < 1 || *rate < 0 || *fps < 0 {
-		fs.Usage()
-		return errUsage
+	switch {
+	case len(rest) < 1:
+		return badUsage(fs, "name the pipeline to feed")
+	case *rate < 0 || *fps < 0:
+		return badUsage(fs, "--rate and --fps must be >= 0")
 	}
 	if *fps > 0 {
 		*rate = *fps
@@ -112,7 +115,7 @@ func feedCmd(args []string, stdout, stderr io.Writer) error {
 	if *dryRun {
 		res, err := feed.DryRun(stdout, p.Input, src)
 		fmt.Fprintf(stdout, "dry run: would send %d items to %s (%s), %d unreadable\n", res.Sent, p.Input, pipeline, res.Skipped)
-		return err
+		return cmp.Or(err, unreadable(res.Skipped))
 	}
 	bar := progress.NewBar(progress.Stderr(), "feed "+pipeline, src.Total)
 	skip := func(name string, err error) {
@@ -128,10 +131,16 @@ func feedCmd(args []string, stdout, stderr io.Writer) error {
 	})
 	bar.Done()
 	fmt.Fprintf(stdout, "sent %d items to %s (%s), %d already there, %d unreadable\n", res.Sent, p.Input, pipeline, res.Duplicates, res.Skipped)
-	if err == nil && res.Skipped > 0 {
-		err = fmt.Errorf("smtd feed: %d items could not be read", res.Skipped)
+	return cmp.Or(err, unreadable(res.Skipped))
+}
+
+// unreadable is the error of a feed that skipped n unreadable items (nil
+// for none): the exit status is 1.
+func unreadable(n int) error {
+	if n == 0 {
+		return nil
 	}
-	return err
+	return fmt.Errorf("smtd feed: %d items could not be read", n)
 }
 
 // parseInterspersed parses args allowing flags after the positional

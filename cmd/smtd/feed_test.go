@@ -287,6 +287,7 @@ func TestFeedRefusesWhatItCannotSend(t *testing.T) {
 		{[]string{"frames", filepath.Join(feedData, "words.txt")}, 1, "no YUV4MPEG2 signature"},
 		{[]string{"--raw", "32", "frames", filepath.Join(feedData, "words.txt")}, 1, "WIDTHxHEIGHT"},
 		{[]string{"images", filepath.Join(feedData, "words.txt")}, 1, "1 items could not be read"},
+		{[]string{"--dry-run", "images", filepath.Join(feedData, "words.txt")}, 1, "1 items could not be read"},
 	} {
 		var out bytes.Buffer
 		args := append([]string{"feed", "--server", url}, tc.args...)
@@ -452,9 +453,10 @@ func TestFeedAndTailUsage(t *testing.T) {
 		{[]string{"feed", "--help"}, 0, "-dry-run"},
 		{[]string{"feed", "--help"}, 0, "-creds file"},
 		{[]string{"feed"}, 2, feedSynopsis},
+		{[]string{"feed"}, 2, "smtd feed: name the pipeline to feed"},
 		{[]string{"tail", "--help"}, 0, "-npy dir"},
 		{[]string{"tail"}, 2, tailSynopsis},
-		{[]string{"tail", "--every", "0", "images"}, 2, tailSynopsis},
+		{[]string{"tail", "--every", "0", "images"}, 2, "smtd tail: --every must be >= 1"},
 		{[]string{"--help"}, 0, "smtd feed [--server URL]"},
 	} {
 		var out bytes.Buffer

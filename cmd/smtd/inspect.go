@@ -15,8 +15,7 @@ func inspect(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if fs.NArg() != 1 {
-		fs.Usage()
-		return errUsage
+		return badUsage(fs, "give one checkpoint file, got %d arguments", fs.NArg())
 	}
 	c, err := daemon.ReadCheckpoint(fs.Arg(0))
 	if err != nil {

@@ -26,9 +26,11 @@ func knnCmd(args []string, stdout, stderr io.Writer) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if *trainPath == "" || *testPath == "" || fs.NArg() > 0 {
-		fs.Usage()
-		return errUsage
+	switch {
+	case *trainPath == "" || *testPath == "":
+		return badUsage(fs, "both --train and --test are needed")
+	case fs.NArg() > 0:
+		return badUsage(fs, "unexpected arguments %q", fs.Args())
 	}
 	s := online.KNNSettings{K: *k, Temperature: *temp}
 	if err := s.Vote.UnmarshalText([]byte(*vote)); err != nil {

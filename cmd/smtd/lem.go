@@ -44,9 +44,15 @@ func lemCmd(args []string, stdout, stderr io.Writer) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() != 1 || *dim < 1 || (*format != "csv" && *format != "float32") || *maxPoints < 0 {
-		fs.Usage()
-		return errUsage
+	switch {
+	case fs.NArg() != 1:
+		return badUsage(fs, "give one recording, got %d arguments", fs.NArg())
+	case *dim < 1:
+		return badUsage(fs, "--dim must be >= 1")
+	case *format != "csv" && *format != "float32":
+		return badUsage(fs, "--format must be csv or float32, got %q", *format)
+	case *maxPoints < 0:
+		return badUsage(fs, "--max-points must be >= 0")
 	}
 	ls := spectral.LEMSettings{Neighbours: *k, Sigma: *sigma, LocalScale: *localScale}
 	nr := spectral.NonRedundantSettings{Alpha: *alpha, Neighbours: *nrNeighbours, Truncate: *truncate}

@@ -138,6 +138,14 @@ func newFlags(name, synopsis string, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
+// badUsage reports what is wrong with a command line, then the usage, and
+// returns errUsage.
+func badUsage(fs *flag.FlagSet, format string, args ...any) error {
+	fmt.Fprintf(fs.Output(), "smtd %s: %s\n\n", fs.Name(), fmt.Sprintf(format, args...))
+	fs.Usage()
+	return errUsage
+}
+
 // parse parses args, turning a bad command line into errUsage.
 func parse(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {

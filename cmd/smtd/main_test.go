@@ -50,6 +50,13 @@ func TestHelpAndUsage(t *testing.T) {
 		{[]string{"bench", "nope"}, 2, `unknown benchmark "nope"`},
 		{[]string{"run", "--config", "../../testdata/config/out-of-range.bad.yaml"}, 1, "pipelines[0].kmeans.atoms: must be in 1..1048576, got 0"},
 		{[]string{"version"}, 0, "smtd "},
+		// A wrong command line says what is wrong before the usage.
+		{[]string{"record", "--count", "1"}, 2, "smtd record: --out FILE is needed"},
+		{[]string{"record", "--out", "x.smtdrec"}, 2, "smtd record: name at least one subject to record"},
+		{[]string{"replay"}, 2, "smtd replay: give one recording, got 0 arguments"},
+		{[]string{"knn", "--train", "train.smtdrec"}, 2, "smtd knn: both --train and --test are needed"},
+		{[]string{"run", "extra"}, 2, `smtd run: unexpected arguments ["extra"]`},
+		{[]string{"lem", "--format", "xml", "x.smtdrec"}, 2, `smtd lem: --format must be csv or float32, got "xml"`},
 	} {
 		var out bytes.Buffer
 		code := run(tc.args, &out, &out)

@@ -23,9 +23,11 @@ func recordCmd(args []string, stdout, stderr io.Writer) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if *out == "" || fs.NArg() == 0 {
-		fs.Usage()
-		return errUsage
+	switch {
+	case *out == "":
+		return badUsage(fs, "--out FILE is needed")
+	case fs.NArg() == 0:
+		return badUsage(fs, "name at least one subject to record")
 	}
 	nc, err := client.connect("smtd record")
 	if err != nil {
@@ -71,9 +73,11 @@ func replayCmd(args []string, stdout, stderr io.Writer) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() != 1 || *speed <= 0 {
-		fs.Usage()
-		return errUsage
+	switch {
+	case fs.NArg() != 1:
+		return badUsage(fs, "give one recording, got %d arguments", fs.NArg())
+	case *speed <= 0:
+		return badUsage(fs, "--speed must be > 0")
 	}
 	f, err := os.Open(fs.Arg(0))
 	if err != nil {

@@ -25,8 +25,7 @@ func runDaemon(args []string, stderr io.Writer) error {
 		return err
 	}
 	if fs.NArg() > 0 {
-		fs.Usage()
-		return errUsage
+		return badUsage(fs, "unexpected arguments %q (the config is --config FILE)", fs.Args())
 	}
 	cfg := config.Default()
 	if *path != "" {

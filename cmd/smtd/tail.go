@@ -30,9 +30,13 @@ func tailCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if len(rest) != 1 || *count < 0 || *every < 1 {
-		fs.Usage()
-		return errUsage
+	switch {
+	case len(rest) != 1:
+		return badUsage(fs, "name one pipeline, got %d arguments", len(rest))
+	case *count < 0:
+		return badUsage(fs, "--count must be >= 0")
+	case *every < 1:
+		return badUsage(fs, "--every must be >= 1")
 	}
 	pipeline := rest[0]
 	nc, err := conn.connect("smtd tail")

@@ -28,8 +28,7 @@ func viewCmd(args []string, stdout, stderr io.Writer) error {
 		args = fs.Args()[1:]
 	}
 	if len(files) != 1 {
-		fs.Usage()
-		return errUsage
+		return badUsage(fs, "give one checkpoint file, got %d arguments", len(files))
 	}
 	c, err := daemon.ReadCheckpoint(files[0])
 	if err != nil {
