@@ -17,7 +17,7 @@ func TestLoadFiles(t *testing.T) {
 		{file: "minimal.good.yaml"},
 		{file: "external.good.yaml"},
 		{file: "unknown-field.bad.yaml", wantErr: []string{"unknown-field.bad.yaml:7: pipelines[0].kmeans.atomz: unknown field"}},
-		{file: "wrong-type.bad.yaml", wantErr: []string{"wrong-type.bad.yaml:2: cannot unmarshal !!str `lots` into int64"}},
+		{file: "wrong-type.bad.yaml", wantErr: []string{"wrong-type.bad.yaml:2: checkpoint.every_samples: cannot unmarshal !!str `lots` into int64"}},
 		{file: "out-of-range.bad.yaml", wantErr: []string{
 			"out-of-range.bad.yaml:8: pipelines[0].kmeans.atoms: must be in 1..1048576, got 0",
 			"out-of-range.bad.yaml:9: pipelines[0].kmeans.learning_rate: must be in (0, 1], got -0.5",
@@ -69,7 +69,20 @@ func TestLoadFiles(t *testing.T) {
 		{file: "open-listen.good.yaml"},
 		{file: "nkey-users.good.yaml"},
 		{file: "open-listen.bad.yaml", wantErr: []string{`open-listen.bad.yaml:3: nats.listen: "0.0.0.0:4222" is beyond the loopback interface and nats.users is empty: anyone who reaches it could reload, checkpoint, delete streams and plant checkpoints; add nats.users, or set nats.allow_unauthenticated: true`}},
-		{file: "inline-password.bad.yaml", wantErr: []string{"inline-password.bad.yaml:5: nats.users[0].password: unknown field"}},
+		{file: "inline-password.bad.yaml", wantErr: []string{
+			"inline-password.bad.yaml:5: nats.users[0].password: unknown field",
+			"inline-password.bad.yaml:4: nats.users[0]: needs password_file or password_env",
+		}},
+		// Unknown keys, wrong types and out-of-range values, all at once;
+		// the values that did not decode (batch.size) are not also out
+		// of range.
+		{file: "mixed.bad.yaml", wantErr: []string{
+			"mixed.bad.yaml:4: pipelines[0].kmeans.atoms: must be in 1..1048576, got 0",
+			"mixed.bad.yaml:5: pipelines[0].patches.size: patch 40x40 is larger than the 28x28 image",
+			"mixed.bad.yaml:6: pipelines[0].bogus: unknown field",
+			"mixed.bad.yaml:7: pipelines[0].batch.size: cannot unmarshal !!str `abc` into int",
+			"mixed.bad.yaml:9: pipelines[0].smt.learning_rate: cannot unmarshal !!str `fast` into float64",
+		}},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			cfg, err := Load(filepath.Join("..", "testdata", "config", tc.file))

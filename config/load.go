@@ -2,6 +2,7 @@ package config
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -82,29 +83,52 @@ func Parse(data []byte, file string) (*Config, error) {
 		if !errors.As(err, &te) {
 			return nil, append(errs, &Error{File: file, Msg: err.Error()})
 		}
+		// walk reported the unknown keys and the values of the wrong
+		// type, each with its field; the decoder's messages for lines
+		// it did not are kept as they are.
+		reported := map[int]bool{}
+		for _, e := range errs {
+			reported[e.Line] = true
+		}
 		for _, msg := range te.Errors {
-			if strings.Contains(msg, "not found in type") {
-				continue // reported by walk, with the field's path
+			line := lineOf(msg)
+			if !reported[line] {
+				errs = append(errs, &Error{File: file, Line: line, Msg: strings.TrimPrefix(msg, fmt.Sprintf("line %d: ", line))})
 			}
-			var line int
-			if _, err := fmt.Sscanf(msg, "line %d:", &line); err == nil {
-				msg = msg[strings.Index(msg, ":")+2:]
-			}
-			errs = append(errs, &Error{File: file, Line: line, Msg: msg})
+		}
+	}
+	// The values that decoded are validated even when others did not, so
+	// that every problem is reported at once. A field that failed to
+	// decode takes its default, as if absent, so that the checks of other
+	// fields against it hold; its own complaint is left out.
+	bad := map[string]bool{}
+	for _, e := range errs {
+		bad[e.Field] = true
+		delete(present, e.Field)
+	}
+	applyDefaults(&cfg, present)
+	for _, e := range cfg.validate(file, present) {
+		if !bad[e.Field] {
+			errs = append(errs, e)
 		}
 	}
 	if len(errs) > 0 {
-		return nil, errs
-	}
-	applyDefaults(&cfg, present)
-	if errs := cfg.validate(file, present); len(errs) > 0 {
+		slices.SortStableFunc(errs, func(a, b *Error) int { return a.Line - b.Line })
 		return nil, errs
 	}
 	return &cfg, nil
 }
 
+// lineOf returns N of a message "line N: …" of the YAML decoder, or 0.
+func lineOf(msg string) int {
+	var line int
+	fmt.Sscanf(msg, "line %d:", &line)
+	return line
+}
+
 // walk records the line of every field present in the file under its path
-// and reports keys that name no field of t.
+// and reports keys that name no field of t and values that do not decode
+// into their field's type.
 func walk(file string, n *yaml.Node, t reflect.Type, path string, present map[string]int) Errors {
 	var errs Errors
 	switch {
@@ -125,6 +149,14 @@ func walk(file string, n *yaml.Node, t reflect.Type, path string, present map[st
 			p := fmt.Sprintf("%s[%d]", path, i)
 			present[p] = el.Line
 			errs = append(errs, walk(file, el, t.Elem(), p, present)...)
+		}
+	default:
+		var te *yaml.TypeError
+		if err := n.Decode(reflect.New(t).Interface()); errors.As(err, &te) {
+			for _, msg := range te.Errors {
+				line := cmp.Or(lineOf(msg), n.Line)
+				errs = append(errs, &Error{File: file, Line: line, Field: path, Msg: strings.TrimPrefix(msg, fmt.Sprintf("line %d: ", line))})
+			}
 		}
 	}
 	return errs
