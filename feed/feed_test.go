@@ -212,11 +212,24 @@ func TestImagesAreLabelledByTheirDirectoryOrTheCSV(t *testing.T) {
 			t.Errorf("%s: id %s then %s", items[i].Name, items[i].ID, again[i].ID)
 		}
 	}
-	l, err := ReadLabels(strings.NewReader("path,label\neven/digit-0.png,zero\ndigit-3.png, three\n"))
+	absDir, err := filepath.Abs(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	relabelled := collect(t, must(Images("images", Shape{28, 28, 1}, []string{dir}, l)))
+	// Rows name a file below the directory given, by base name, by its
+	// absolute path (the directory given relative), and by its path from
+	// the working directory (the directory given absolute); one names
+	// none.
+	csv := "path,label\neven/digit-0.png,zero\ndigit-3.png, three\n" + filepath.Join(absDir, "odd", "digit-5.png") + ",five\n" +
+		filepath.ToSlash(filepath.Join(dir, "odd", "digit-1.png")) + ",one\nnone.png,x\n"
+	l, err := ReadLabels(strings.NewReader(csv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u, err := l.Unmatched([]string{dir}); err != nil || len(u) != 1 || u[0] != "none.png" {
+		t.Errorf("unmatched rows %q, %v; want none.png", u, err)
+	}
+	relabelled := collect(t, must(Images("images", Shape{28, 28, 1}, []string{absDir}, l)))
 	got := map[string]string{}
 	for i, it := range relabelled {
 		got[filepath.Base(it.Name)] = it.Header.Get("Smtd-Label")
@@ -224,7 +237,8 @@ func TestImagesAreLabelledByTheirDirectoryOrTheCSV(t *testing.T) {
 			t.Errorf("%s: label changed %v, id changed %v", it.Name, changed, it.ID != items[i].ID)
 		}
 	}
-	if got["digit-0.png"] != "zero" || got["digit-3.png"] != "three" || got["digit-2.png"] != "even" {
+	if got["digit-0.png"] != "zero" || got["digit-3.png"] != "three" || got["digit-2.png"] != "even" ||
+		got["digit-5.png"] != "five" || got["digit-1.png"] != "one" {
 		t.Errorf("labels %v", got)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"iter"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/nats-io/nats.go"
@@ -118,7 +119,8 @@ type Labels map[string]string
 // ReadLabels reads a CSV file of path,label rows (a first row
 // "path,label" is taken as a header). A path may be given as the feed
 // finds it (the directory on the command line joined with the path below
-// it), relative to that directory, or as the file's base name.
+// it), absolute, relative to the working directory, relative to the
+// directory on the command line, or as the file's base name.
 func ReadLabels(r io.Reader) (Labels, error) {
 	cr := csv.NewReader(r)
 	cr.FieldsPerRecord = 2
@@ -139,13 +141,54 @@ func ReadLabels(r io.Reader) (Labels, error) {
 	}
 }
 
-func (l Labels) lookup(f imageFile) (string, bool) {
-	for _, k := range []string{filepath.ToSlash(filepath.Clean(f.path)), f.rel, filepath.Base(f.path)} {
+func (l Labels) lookup(f imageFile, wd string) (string, bool) {
+	for _, k := range f.names(wd) {
 		if v, ok := l[k]; ok && k != "" {
 			return v, true
 		}
 	}
 	return "", false
+}
+
+// names are the ways a labels file may name f (see ReadLabels), wd
+// being the working directory.
+func (f imageFile) names(wd string) []string {
+	names := []string{filepath.Clean(f.path)}
+	if abs, err := filepath.Abs(f.path); err == nil {
+		names = append(names, abs)
+		if rel, err := filepath.Rel(wd, abs); err == nil {
+			names = append(names, rel)
+		}
+	}
+	names = append(names, f.rel, filepath.Base(f.path))
+	for i, n := range names {
+		names[i] = filepath.ToSlash(n)
+	}
+	return names
+}
+
+// Unmatched returns the paths of l that name none of the PNG and JPEG
+// files of paths (as Images finds them), sorted.
+func (l Labels) Unmatched(paths []string) ([]string, error) {
+	files, err := listImages(paths)
+	if err != nil {
+		return nil, err
+	}
+	wd, _ := os.Getwd()
+	named := map[string]bool{}
+	for _, f := range files {
+		for _, n := range f.names(wd) {
+			named[n] = true
+		}
+	}
+	var out []string
+	for k := range l {
+		if !named[k] {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
 }
 
 // maxFileBytes bounds the image files read.
@@ -161,9 +204,10 @@ func Images(pipeline string, s Shape, paths []string, labels Labels) (Source, er
 	if err != nil {
 		return Source{}, err
 	}
+	wd, _ := os.Getwd()
 	seq := func(yield func(Item, error) bool) {
 		for _, f := range files {
-			if l, ok := labels.lookup(f); ok {
+			if l, ok := labels.lookup(f, wd); ok {
 				f.label = l
 			}
 			it, err := imageItem(pipeline, s, f)

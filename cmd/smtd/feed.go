@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/smtd/smtd/client"
@@ -76,6 +77,13 @@ func feedCmd(args []string, stdout, stderr io.Writer) error {
 			f.Close()
 			if err != nil {
 				return fmt.Errorf("smtd feed: %s: %w", *labelsFile, err)
+			}
+			unmatched, err := labels.Unmatched(inputs)
+			if err != nil {
+				return fmt.Errorf("smtd feed: %w", err)
+			}
+			if n := len(unmatched); n > 0 {
+				fmt.Fprintf(stderr, "smtd feed: %s: %d of %d rows name no image given, such as %s\n", *labelsFile, n, len(labels), strings.Join(unmatched[:min(n, 3)], ", "))
 			}
 		}
 		if src, err = feed.Images(pipeline, shape, inputs, labels); err != nil {
