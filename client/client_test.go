@@ -17,6 +17,20 @@ import (
 	"github.com/smtd/smtd/daemon"
 )
 
+// testDaemon starts a daemon of cfg and stops it at the end of the test.
+func testDaemon(t *testing.T, cfg *config.Config) *daemon.Daemon {
+	t.Helper()
+	d, err := daemon.New(cfg, daemon.Options{Logger: daemon.NewLogger(io.Discard, "json")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Shutdown(context.Background()) })
+	return d
+}
+
 // Decode reads the daemon's outputs of both encodings, float32 and json,
 // as the daemon's own DecodeOutput does, with their headers.
 func TestDecodeAgreesWithTheDaemon(t *testing.T) {
@@ -27,14 +41,7 @@ func TestDecodeAgreesWithTheDaemon(t *testing.T) {
 	js := config.DefaultPipeline(config.Image, "digits")
 	js.Input.Subject, js.Output.Subject, js.Output.Encoding = "smtd.in.digits", "smtd.out.digits", config.JSON
 	cfg.Pipelines = []config.Pipeline{config.DefaultPipeline(config.Image, "images"), js, config.DefaultPipeline(config.Video, "frames")}
-	d, err := daemon.New(cfg, daemon.Options{Logger: daemon.NewLogger(io.Discard, "json")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer d.Shutdown(context.Background())
+	d := testDaemon(t, cfg)
 	c, err := client.Connect(d.ClientURL())
 	if err != nil {
 		t.Fatal(err)
@@ -144,14 +151,7 @@ func TestClientRoles(t *testing.T) {
 		t.Setenv("SMTD_TEST_"+r, r+"-secret")
 		cfg.NATS.Users = append(cfg.NATS.Users, config.User{User: r, PasswordEnv: "SMTD_TEST_" + r, Role: r})
 	}
-	d, err := daemon.New(cfg, daemon.Options{Logger: daemon.NewLogger(io.Discard, "json")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer d.Shutdown(context.Background())
+	d := testDaemon(t, cfg)
 	as := func(role string) *client.Client {
 		c, err := client.Connect(d.ClientURL(), client.WithNATSOptions(nats.UserInfo(role, role+"-secret")))
 		if err != nil {

@@ -329,17 +329,25 @@ func TestReplayRate(t *testing.T) {
 	}
 }
 
-func TestReplayJetStream(t *testing.T) {
+// inStream runs a server with a stream IN taking in.>, and returns a
+// client connection and the stream.
+func inStream(t *testing.T) (*nats.Conn, jetstream.Stream) {
+	t.Helper()
 	_, nc := runServer(t)
-	ctx := context.Background()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.>"}})
+	stream, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.>"}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return nc, stream
+}
+
+func TestReplayJetStream(t *testing.T) {
+	nc, stream := inStream(t)
+	ctx := context.Background()
 	want := testMessages(600)
 	n, err := Replay(ctx, nc, recording(t, want), ReplayOptions{JetStream: true, Window: 16})
 	if err != nil || n != len(want) {
@@ -372,16 +380,8 @@ func TestReplayJetStream(t *testing.T) {
 // are acknowledged as duplicates: counted apart, not as replayed, unless
 // the ids are stripped.
 func TestReplayDuplicates(t *testing.T) {
-	_, nc := runServer(t)
+	nc, stream := inStream(t)
 	ctx := context.Background()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "IN", Subjects: []string{"in.>"}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	msgs := testMessages(20)
 	for i, m := range msgs {
 		if i%2 == 0 {
