@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -28,6 +29,10 @@ type benchDaemon struct {
 	js   jetstream.JetStream
 	dir  string
 
+	// cfg and logs start the daemon again (restartReset).
+	cfg  *config.Config
+	logs io.Writer
+
 	// The pipeline's learned count, asked for at most every 2 ms.
 	lastLearned int64
 	askedAt     time.Time
@@ -47,18 +52,25 @@ func startDaemonWith(ctx context.Context, p config.Pipeline, logs io.Writer, cha
 	if err != nil {
 		return nil, err
 	}
-	in := &benchDaemon{dir: dir}
-	if in.d, err = daemon.New(cfg, daemon.Options{Logger: daemon.NewLogger(logs, "console")}); err == nil {
+	in := &benchDaemon{dir: dir, cfg: cfg, logs: logs}
+	if err := in.startInProcess(ctx); err != nil {
+		in.Close()
+		return nil, err
+	}
+	return in, nil
+}
+
+// startInProcess starts the daemon of in.cfg in this process and
+// connects the client.
+func (in *benchDaemon) startInProcess(ctx context.Context) error {
+	var err error
+	if in.d, err = daemon.New(in.cfg, daemon.Options{Logger: daemon.NewLogger(in.logs, "console")}); err == nil {
 		if err = in.d.Start(ctx); err == nil {
 			in.url = in.d.ClientURL()
 			err = in.connect()
 		}
 	}
-	if err != nil {
-		in.Close()
-		return nil, err
-	}
-	return in, nil
+	return err
 }
 
 // startDaemonProcessWith is startDaemonWith with the daemon in a process of
@@ -69,27 +81,51 @@ func startDaemonProcessWith(ctx context.Context, p config.Pipeline, change func(
 	if err != nil {
 		return nil, err
 	}
-	in := &benchDaemon{dir: dir}
+	in := &benchDaemon{dir: dir, cfg: cfg}
 	port, err := freePort()
 	if err == nil {
 		cfg.NATS.Listen = fmt.Sprintf("127.0.0.1:%d", port)
 		in.url = fmt.Sprintf("nats://127.0.0.1:%d", port)
-		in.proc, err = startDaemonProcess(dir, "daemon", cfg, nil, runArgs...)
-	}
-	if err == nil {
-		err = pollUntil(ctx, time.Minute, "the daemon process", func() bool {
-			if in.nc == nil && in.connect() != nil {
-				return false
-			}
-			_, err := in.status()
-			return err == nil
-		})
+		err = in.startProcess(ctx, runArgs...)
 	}
 	if err != nil {
 		in.Close()
 		return nil, err
 	}
 	return in, nil
+}
+
+// startProcess starts `smtd run` on in.cfg and returns once it answers
+// status requests.
+func (in *benchDaemon) startProcess(ctx context.Context, runArgs ...string) error {
+	var err error
+	if in.proc, err = startDaemonProcess(in.dir, "daemon", in.cfg, nil, runArgs...); err != nil {
+		return err
+	}
+	return pollUntil(ctx, time.Minute, "the daemon process", func() bool {
+		if in.nc == nil && in.connect() != nil {
+			return false
+		}
+		_, err := in.status()
+		return err == nil
+	})
+}
+
+// restartReset stops the daemon, deletes its checkpoints and starts it
+// again on the same data: its model starts empty and learns its input
+// stream again from the first message, a backlog that is all there
+// before it starts, with no publisher running.
+func (in *benchDaemon) restartReset(ctx context.Context) error {
+	inProcess := in.d != nil
+	in.stop()
+	in.lastLearned, in.askedAt = 0, time.Time{}
+	if err := os.RemoveAll(filepath.Join(in.dir, "checkpoints")); err != nil {
+		return err
+	}
+	if inProcess {
+		return in.startInProcess(ctx)
+	}
+	return in.startProcess(ctx)
 }
 
 // benchConfig is the default config learning p alone, with its data in a
@@ -152,17 +188,25 @@ func requestStatus(nc *nats.Conn, subject string, timeout time.Duration) (daemon
 
 // Close stops the daemon and removes its data.
 func (in *benchDaemon) Close() {
+	in.stop()
+	os.RemoveAll(in.dir)
+}
+
+// stop closes the client and stops the daemon, keeping its data.
+func (in *benchDaemon) stop() {
 	if in.nc != nil {
 		in.nc.Close()
+		in.nc, in.js = nil, nil
 	}
 	if in.d != nil {
 		in.d.Shutdown(context.Background())
+		in.d = nil
 	}
 	if in.proc != nil {
 		in.proc.cmd.Process.Signal(syscall.SIGTERM)
 		in.proc.wait()
+		in.proc = nil
 	}
-	os.RemoveAll(in.dir)
 }
 
 // learned returns how many messages the pipeline has learned. The

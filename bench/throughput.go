@@ -51,7 +51,19 @@ import (
 //     it learned throughout);
 //   - the same at -flood-rate, past what the query workers can encode:
 //     every query must get an answer or a fast busy error (503 "busy: …"),
-//     reported with the p99 of the busy replies.
+//     reported with the p99 of the busy replies;
+//   - last, once a round, the daemon restarted with its model reset (its
+//     checkpoints deleted) learning the first -images images of its input
+//     stream again: a backlog stored before it starts, no publisher
+//     running, as when it is started on a recorded stream. Its rate from
+//     its first status answer until it has learned them
+//     (throughput_backlog_images_per_s), the library's over the same
+//     images in the same round (throughput_backlog_library_images_per_s),
+//     and the median of each round's 1 − daemon/library
+//     (throughput_backlog_overhead; each round's in
+//     throughput_backlog_overhead_rounds). Unlike
+//     throughput_daemon_overhead, no publisher shares the machine's
+//     cores with the daemon.
 //
 // With the daemon in this process, each query phase also reports the
 // garbage collection cycles of the process (<phase>_gc_cycles) and the
@@ -125,6 +137,9 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 		msgs[i] = imageMsg(p.Input.Subject, train, i)
 	}
 	var libRates, daemonRates []float64
+	// libDone[r][b] is when round r's library had learned minibatch b,
+	// since its start.
+	var libDone [][]time.Duration
 	var in *benchDaemon
 	defer func() {
 		if in != nil {
@@ -134,17 +149,20 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 	sent := 0
 	for round := range *rounds {
 		lib := daemon.NewOfflineLearner(p)
+		var done []time.Duration
 		t0 := time.Now()
 		for i := 0; i < n; i += p.Batch.Size {
 			if _, err := lib.Learn(msgs[i:min(i+p.Batch.Size, n)]); err != nil {
 				return fmt.Errorf("bench throughput: library: %w", err)
 			}
+			done = append(done, time.Since(t0))
 			if err := ctx.Err(); err != nil {
 				return err
 			}
 			showProgress("round %d: library %d/%d images", round+1, i, n)
 		}
 		libRates = append(libRates, float64(n)/time.Since(t0).Seconds())
+		libDone = append(libDone, done)
 
 		if in != nil {
 			in.Close()
@@ -265,6 +283,10 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 	if err != nil {
 		return err
 	}
+	fromBacklog, err := in.learnBacklog(ctx, libDone, n, p.Batch.Size)
+	if err != nil {
+		return err
+	}
 	showProgress("")
 
 	line := func(name string, v any) { fmt.Fprintf(w, "%s: %v\n", name, v) }
@@ -284,6 +306,10 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 	line("throughput_daemon_overhead", fmt.Sprintf("%.3f", 1-daemonRate/libRate))
 	line("throughput_daemon_overhead_paired", fmt.Sprintf("%.3f", median(overheads)))
 	line("throughput_daemon_overhead_rounds", formatOverheads(overheads))
+	line("throughput_backlog_images_per_s", fmt.Sprintf("%.0f", median(fromBacklog.rates)))
+	line("throughput_backlog_library_images_per_s", fmt.Sprintf("%.0f", median(fromBacklog.libRates)))
+	line("throughput_backlog_overhead", fmt.Sprintf("%.3f", median(fromBacklog.overheads)))
+	line("throughput_backlog_overhead_rounds", formatOverheads(fromBacklog.overheads))
 	for _, ph := range []struct {
 		name  string
 		load  *queryLoad
@@ -368,6 +394,47 @@ func (in *benchDaemon) waitLearned(ctx context.Context, n int) error {
 		}
 	}
 	return nil
+}
+
+// backlogRounds are the daemon's learning rates on a backlog
+// (learnBacklog), the library's over the same images, and each round's
+// 1 − daemon/library.
+type backlogRounds struct {
+	rates, libRates, overheads []float64
+}
+
+// learnBacklog measures the daemon learning the first n images of its
+// input stream once for each round of libDone (the library's minibatch
+// times, libDone[r][b] when minibatch b of batch images was learned):
+// restarted with its model reset (restartReset), so that its stream is a
+// backlog stored before it starts, from its first status answer until it
+// has learned n images. The images it learned before that answer are
+// left out, of its rate and of the library's, taken over the same
+// images from the library's round r.
+func (in *benchDaemon) learnBacklog(ctx context.Context, libDone [][]time.Duration, n, batch int) (backlogRounds, error) {
+	var b backlogRounds
+	for r, done := range libDone {
+		showProgress("backlog round %d", r+1)
+		if err := in.restartReset(ctx); err != nil {
+			return b, err
+		}
+		t0, from := time.Now(), int(in.learned())
+		if err := in.waitLearned(ctx, n); err != nil {
+			return b, err
+		}
+		if from >= n || from%batch != 0 {
+			return b, fmt.Errorf("bench throughput: the daemon restarted on its backlog had learned %d of %d images at its first status answer", from, n)
+		}
+		rate := float64(n-from) / time.Since(t0).Seconds()
+		span := done[len(done)-1]
+		if from > 0 {
+			span -= done[from/batch-1]
+		}
+		libRate := float64(n-from) / span.Seconds()
+		b.rates, b.libRates = append(b.rates, rate), append(b.libRates, libRate)
+		b.overheads = append(b.overheads, 1-rate/libRate)
+	}
+	return b, nil
 }
 
 // publishBacklog publishes the next n of msgs (cycling) without waiting

@@ -71,7 +71,8 @@ func TestOffCPUShares(t *testing.T) {
 
 // bench throughput runs its phases on a small stream and reports, for
 // each, what was sent and how it ended; in the replay phase the daemon
-// learns a backlog published before it. The phases last 2 s: the daemon
+// learns a backlog published before it, and, restarted with its model
+// reset, its first images again as a backlog. The phases last 2 s: the daemon
 // counts what it learned a minibatch (32 images) at a time, and under
 // the race detector it learns about 60 images a second.
 func TestThroughputPhases(t *testing.T) {
@@ -110,6 +111,16 @@ func TestThroughputPhases(t *testing.T) {
 	paired, err := strconv.ParseFloat(lines["throughput_daemon_overhead_paired"], 64)
 	if len(rounds) != 2 || err != nil || math.Abs(paired-(rounds[0]+rounds[1])/2) > 0.0015 {
 		t.Errorf("throughput_daemon_overhead_paired %q of rounds %q, want their median", lines["throughput_daemon_overhead_paired"], lines["throughput_daemon_overhead_rounds"])
+	}
+	// The daemon restarted with its model reset learns the stream again,
+	// once a round.
+	if f := strings.Split(lines["throughput_backlog_overhead_rounds"], ","); len(f) != 2 {
+		t.Errorf("throughput_backlog_overhead_rounds: %q, want one a round", lines["throughput_backlog_overhead_rounds"])
+	}
+	for _, name := range []string{"throughput_backlog_images_per_s", "throughput_backlog_library_images_per_s"} {
+		if r, err := strconv.ParseFloat(lines[name], 64); err != nil || r <= 0 {
+			t.Errorf("%s: %q, want a rate", name, lines[name])
+		}
 	}
 	if n, err := strconv.Atoi(lines["replay_backlog_left"]); err != nil || n < 0 {
 		t.Errorf("replay_backlog_left: %q, want a count", lines["replay_backlog_left"])
