@@ -52,14 +52,15 @@ import (
 //   - the same at -flood-rate, past what the query workers can encode:
 //     every query must get an answer or a fast busy error (503 "busy: …"),
 //     reported with the p99 of the busy replies;
-//   - last, once a round, the daemon restarted with its model reset (its
-//     checkpoints deleted) learning the first -images images of its input
-//     stream again: a backlog stored before it starts, no publisher
-//     running, as when it is started on a recorded stream. Its rate from
-//     its first status answer until it has learned them
-//     (throughput_backlog_images_per_s), the library's over the same
-//     images in the same round (throughput_backlog_library_images_per_s),
-//     and the median of each round's 1 − daemon/library
+//   - last, -rounds times, the library learning the -images images again,
+//     then the daemon restarted with its model reset (its checkpoints
+//     deleted) learning the same first images of its input stream again:
+//     a backlog stored before it starts, no publisher running, as when it
+//     is started on a recorded stream. Its rate from its first status
+//     answer until it has learned them (throughput_backlog_images_per_s),
+//     the library's over the same images just before
+//     (throughput_backlog_library_images_per_s), and the median of each
+//     round's 1 − daemon/library
 //     (throughput_backlog_overhead; each round's in
 //     throughput_backlog_overhead_rounds). Unlike
 //     throughput_daemon_overhead, no publisher shares the machine's
@@ -137,9 +138,6 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 		msgs[i] = imageMsg(p.Input.Subject, train, i)
 	}
 	var libRates, daemonRates []float64
-	// libDone[r][b] is when round r's library had learned minibatch b,
-	// since its start.
-	var libDone [][]time.Duration
 	var in *benchDaemon
 	defer func() {
 		if in != nil {
@@ -148,21 +146,11 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 	}()
 	sent := 0
 	for round := range *rounds {
-		lib := daemon.NewOfflineLearner(p)
-		var done []time.Duration
-		t0 := time.Now()
-		for i := 0; i < n; i += p.Batch.Size {
-			if _, err := lib.Learn(msgs[i:min(i+p.Batch.Size, n)]); err != nil {
-				return fmt.Errorf("bench throughput: library: %w", err)
-			}
-			done = append(done, time.Since(t0))
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			showProgress("round %d: library %d/%d images", round+1, i, n)
+		done, err := libraryRound(ctx, p, msgs[:n], fmt.Sprintf("round %d", round+1))
+		if err != nil {
+			return err
 		}
-		libRates = append(libRates, float64(n)/time.Since(t0).Seconds())
-		libDone = append(libDone, done)
+		libRates = append(libRates, float64(n)/done[len(done)-1].Seconds())
 
 		if in != nil {
 			in.Close()
@@ -190,7 +178,7 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 		if err != nil {
 			return err
 		}
-		t0 = time.Now()
+		t0 := time.Now()
 		sent = 0
 		if err := in.publish(ctx, msgs, &sent, n, nil); err != nil {
 			return err
@@ -283,7 +271,7 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 	if err != nil {
 		return err
 	}
-	fromBacklog, err := in.learnBacklog(ctx, libDone, n, p.Batch.Size)
+	fromBacklog, err := in.learnBacklog(ctx, p, msgs[:n], *rounds)
 	if err != nil {
 		return err
 	}
@@ -388,12 +376,36 @@ func (in *benchDaemon) publish(ctx context.Context, msgs []*nats.Msg, sent *int,
 // waitLearned returns once the daemon has learned n messages, asking it
 // every 5 ms (a throughput run's end is known to 5 ms).
 func (in *benchDaemon) waitLearned(ctx context.Context, n int) error {
+	return in.waitLearnedEvery(ctx, n, 5*time.Millisecond)
+}
+
+// waitLearnedEvery is waitLearned asking every d.
+func (in *benchDaemon) waitLearnedEvery(ctx context.Context, n int, d time.Duration) error {
 	for in.learned() < int64(n) {
-		if err := wait(ctx, 5*time.Millisecond); err != nil {
+		if err := wait(ctx, d); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// libraryRound learns msgs in minibatches with a new library model of p
+// and returns when each minibatch was learned, since the start.
+func libraryRound(ctx context.Context, p config.Pipeline, msgs []*nats.Msg, name string) ([]time.Duration, error) {
+	lib := daemon.NewOfflineLearner(p)
+	var done []time.Duration
+	t0 := time.Now()
+	for i := 0; i < len(msgs); i += p.Batch.Size {
+		if _, err := lib.Learn(msgs[i:min(i+p.Batch.Size, len(msgs))]); err != nil {
+			return nil, fmt.Errorf("bench throughput: library: %w", err)
+		}
+		done = append(done, time.Since(t0))
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		showProgress("%s: library %d/%d images", name, i, len(msgs))
+	}
+	return done, nil
 }
 
 // backlogRounds are the daemon's learning rates on a backlog
@@ -403,23 +415,26 @@ type backlogRounds struct {
 	rates, libRates, overheads []float64
 }
 
-// learnBacklog measures the daemon learning the first n images of its
-// input stream once for each round of libDone (the library's minibatch
-// times, libDone[r][b] when minibatch b of batch images was learned):
-// restarted with its model reset (restartReset), so that its stream is a
+// learnBacklog measures, rounds times, the library learning msgs (the
+// first messages of the daemon's input stream) and then the daemon
+// restarted with its model reset (restartReset) learning them again, a
 // backlog stored before it starts, from its first status answer until it
-// has learned n images. The images it learned before that answer are
-// left out, of its rate and of the library's, taken over the same
-// images from the library's round r.
-func (in *benchDaemon) learnBacklog(ctx context.Context, libDone [][]time.Duration, n, batch int) (backlogRounds, error) {
+// has learned them all. The images it learned before that answer are
+// left out, of its rate and of the library's.
+func (in *benchDaemon) learnBacklog(ctx context.Context, p config.Pipeline, msgs []*nats.Msg, rounds int) (backlogRounds, error) {
 	var b backlogRounds
-	for r, done := range libDone {
-		showProgress("backlog round %d", r+1)
+	n, batch := len(msgs), p.Batch.Size
+	for r := range rounds {
+		done, err := libraryRound(ctx, p, msgs, fmt.Sprintf("backlog round %d", r+1))
+		if err != nil {
+			return b, err
+		}
+		showProgress("backlog round %d: daemon", r+1)
 		if err := in.restartReset(ctx); err != nil {
 			return b, err
 		}
 		t0, from := time.Now(), int(in.learned())
-		if err := in.waitLearned(ctx, n); err != nil {
+		if err := in.waitLearnedEvery(ctx, n, 20*time.Millisecond); err != nil {
 			return b, err
 		}
 		if from >= n || from%batch != 0 {
