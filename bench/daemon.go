@@ -29,9 +29,11 @@ type benchDaemon struct {
 	js   jetstream.JetStream
 	dir  string
 
-	// cfg and logs start the daemon again (restartReset).
-	cfg  *config.Config
-	logs io.Writer
+	// cfg, logs and process start the daemon again (restartReset), in
+	// this process or in one of its own.
+	cfg     *config.Config
+	logs    io.Writer
+	process bool
 
 	// The pipeline's learned count, asked for at most every 2 ms.
 	lastLearned int64
@@ -81,7 +83,7 @@ func startDaemonProcessWith(ctx context.Context, p config.Pipeline, change func(
 	if err != nil {
 		return nil, err
 	}
-	in := &benchDaemon{dir: dir, cfg: cfg}
+	in := &benchDaemon{dir: dir, cfg: cfg, process: true}
 	port, err := freePort()
 	if err == nil {
 		cfg.NATS.Listen = fmt.Sprintf("127.0.0.1:%d", port)
@@ -116,16 +118,15 @@ func (in *benchDaemon) startProcess(ctx context.Context, runArgs ...string) erro
 // stream again from the first message, a backlog that is all there
 // before it starts, with no publisher running.
 func (in *benchDaemon) restartReset(ctx context.Context) error {
-	inProcess := in.d != nil
 	in.stop()
 	in.lastLearned, in.askedAt = 0, time.Time{}
 	if err := os.RemoveAll(filepath.Join(in.dir, "checkpoints")); err != nil {
 		return err
 	}
-	if inProcess {
-		return in.startInProcess(ctx)
+	if in.process {
+		return in.startProcess(ctx)
 	}
-	return in.startProcess(ctx)
+	return in.startInProcess(ctx)
 }
 
 // benchConfig is the default config learning p alone, with its data in a

@@ -420,11 +420,15 @@ type backlogRounds struct {
 // restarted with its model reset (restartReset) learning them again, a
 // backlog stored before it starts, from its first status answer until it
 // has learned them all. The images it learned before that answer are
-// left out, of its rate and of the library's.
+// left out, of its rate and of the library's. The daemon is stopped
+// while the library learns (its stream holds more than msgs, which it
+// would go on learning), and at the end.
 func (in *benchDaemon) learnBacklog(ctx context.Context, p config.Pipeline, msgs []*nats.Msg, rounds int) (backlogRounds, error) {
 	var b backlogRounds
 	n, batch := len(msgs), p.Batch.Size
+	defer in.stop()
 	for r := range rounds {
+		in.stop()
 		done, err := libraryRound(ctx, p, msgs, fmt.Sprintf("backlog round %d", r+1))
 		if err != nil {
 			return b, err
