@@ -83,6 +83,12 @@ func TestLoadFiles(t *testing.T) {
 			"mixed.bad.yaml:7: pipelines[0].batch.size: cannot unmarshal !!str `abc` into int",
 			"mixed.bad.yaml:9: pipelines[0].smt.learning_rate: cannot unmarshal !!str `fast` into float64",
 		}},
+		// A sequence element that does not decode at all is dropped by
+		// the decoder, shifting the ones after it: only decoding errors.
+		{file: "mixed-sequence.bad.yaml", wantErr: []string{
+			"mixed-sequence.bad.yaml:2: pipelines[0]: cannot unmarshal !!int `5` into config.Pipeline",
+			"mixed-sequence.bad.yaml:4: pipelines[1].kmeans.memory: cannot unmarshal !!str `long` into float64",
+		}},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			cfg, err := Load(filepath.Join("..", "testdata", "config", tc.file))
@@ -108,6 +114,13 @@ func TestLoadFiles(t *testing.T) {
 			for _, want := range tc.wantErr {
 				if !strings.Contains(err.Error(), want) {
 					t.Errorf("error does not contain %q:\n%v", want, err)
+				}
+			}
+			if strings.HasPrefix(tc.file, "mixed") {
+				for i, e := range errs {
+					if i < len(tc.wantErr) && !strings.HasSuffix(e.Error(), tc.wantErr[i]) {
+						t.Errorf("error %d is %q, want %q: not in file order", i, e, tc.wantErr[i])
+					}
 				}
 			}
 		})

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"reflect"
 	"slices"
@@ -100,23 +101,37 @@ func Parse(data []byte, file string) (*Config, error) {
 	// The values that decoded are validated even when others did not, so
 	// that every problem is reported at once. A field that failed to
 	// decode takes its default, as if absent, so that the checks of other
-	// fields against it hold; its own complaint is left out.
+	// fields against it hold; its own complaint is left out. A sequence
+	// element that failed as a whole is dropped by the decoder, which
+	// shifts the elements after it: then the checks would name the wrong
+	// ones, and only the decoding errors are reported.
 	bad := map[string]bool{}
 	for _, e := range errs {
 		bad[e.Field] = true
 		delete(present, e.Field)
 	}
-	applyDefaults(&cfg, present)
-	for _, e := range cfg.validate(file, present) {
-		if !bad[e.Field] {
-			errs = append(errs, e)
+	if !slices.ContainsFunc(errs, func(e *Error) bool { return strings.HasSuffix(e.Field, "]") }) {
+		applyDefaults(&cfg, present)
+		for _, e := range cfg.validate(file, present) {
+			if !bad[e.Field] {
+				errs = append(errs, e)
+			}
 		}
 	}
 	if len(errs) > 0 {
-		slices.SortStableFunc(errs, func(a, b *Error) int { return a.Line - b.Line })
+		// In file order; the problems of fields absent from the file last.
+		slices.SortStableFunc(errs, func(a, b *Error) int { return cmp.Compare(fileOrder(a), fileOrder(b)) })
 		return nil, errs
 	}
 	return &cfg, nil
+}
+
+// fileOrder is the line of e, or for an absent field past every line.
+func fileOrder(e *Error) int {
+	if e.Line == 0 {
+		return math.MaxInt
+	}
+	return e.Line
 }
 
 // lineOf returns N of a message "line N: …" of the YAML decoder, or 0.
