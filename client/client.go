@@ -186,8 +186,9 @@ func (c *Client) Status(ctx context.Context) (*Status, error) {
 
 // Pipeline describes one pipeline: its subjects, modality and shape. The
 // first call asks the daemon's pipelines endpoint (smtd.pipelines), which
-// every role may ask, unlike the status; later calls reuse its answer
-// (these do not change while the daemon runs).
+// every role may ask, unlike the status (asked instead of a daemon too
+// old to have the endpoint); later calls reuse its answer (these do not
+// change while the daemon runs).
 func (c *Client) Pipeline(ctx context.Context, name string) (PipelineInfo, error) {
 	c.mu.Lock()
 	p, ok := c.pipelines[name]
@@ -195,15 +196,26 @@ func (c *Client) Pipeline(ctx context.Context, name string) (PipelineInfo, error
 	if ok {
 		return p, nil
 	}
-	m, err := c.request(ctx, c.prefix+".pipelines", nil, nil)
-	if err != nil {
-		return PipelineInfo{}, err
-	}
 	var r struct {
 		Pipelines []PipelineInfo `json:"pipelines"`
 	}
-	if err := json.Unmarshal(m.Data, &r); err != nil {
-		return PipelineInfo{}, fmt.Errorf("smtd client: pipelines reply: %w", err)
+	m, err := c.request(ctx, c.prefix+".pipelines", nil, nil)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		// A daemon older than the pipelines endpoint: its status.
+		st, err := c.Status(ctx)
+		if err != nil {
+			return PipelineInfo{}, err
+		}
+		for _, p := range st.Pipelines {
+			r.Pipelines = append(r.Pipelines, p.PipelineInfo)
+		}
+	case err != nil:
+		return PipelineInfo{}, err
+	default:
+		if err := json.Unmarshal(m.Data, &r); err != nil {
+			return PipelineInfo{}, fmt.Errorf("smtd client: pipelines reply: %w", err)
+		}
 	}
 	var names []string
 	c.mu.Lock()

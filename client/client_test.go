@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/smtd/smtd/client"
@@ -210,5 +211,34 @@ func TestClientRoles(t *testing.T) {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Against a daemon without the pipelines endpoint, Pipeline reads the
+// status instead.
+func TestPipelineFromAnOlderDaemon(t *testing.T) {
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	defer s.Shutdown()
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	status := `{"version": "old", "pipelines": [{"name": "images", "modality": "image", "input": "smtd.in.images", "output": "smtd.out.images", "image": {"width": 28, "height": 28, "channels": 1}, "learned": 7}]}`
+	if _, err := nc.Subscribe("smtd.status", func(m *nats.Msg) { m.Respond([]byte(status)) }); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	p, err := client.New(nc).Pipeline(ctx, "images")
+	if err != nil || p.Input != "smtd.in.images" || p.Image == nil || p.Image.Width != 28 {
+		t.Errorf("Pipeline: %+v, %v; want the status's images pipeline", p, err)
 	}
 }

@@ -32,9 +32,9 @@ type Options struct {
 	// Logger receives the daemon's logs. Its level is changed by reloads
 	// that change log.level, so pass a logger built with NewLogger.
 	Logger *Logger
-	// Override, when not nil, changes every config a reload reads, as it
-	// changed the one the daemon was started with: settings of the
-	// command line, which win over the file's at every reload too.
+	// Override, when not nil, changes the config New is given and every
+	// config a reload reads: settings of the command line, which win over
+	// the file's at every reload too.
 	Override func(*config.Config)
 }
 
@@ -89,6 +89,9 @@ type Daemon struct {
 
 // New returns a daemon for cfg; Start brings it up.
 func New(cfg *config.Config, opts Options) (*Daemon, error) {
+	if opts.Override != nil {
+		opts.Override(cfg)
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

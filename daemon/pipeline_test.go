@@ -273,7 +273,6 @@ func TestReloadKeepsOverride(t *testing.T) {
 	write(cfg)
 	override := func(c *config.Config) { c.Log.Format, c.Log.Level = "console", "error" }
 	started := *cfg
-	override(&started)
 	d, err := New(&started, Options{ConfigPath: path, Logger: NewLogger(testWriter{t}, "console"), Override: override})
 	if err != nil {
 		t.Fatal(err)
