@@ -142,6 +142,9 @@ func ReadLabels(r io.Reader) (Labels, error) {
 }
 
 func (l Labels) lookup(f imageFile, wd string) (string, bool) {
+	if len(l) == 0 {
+		return "", false
+	}
 	for _, k := range f.names(wd) {
 		if v, ok := l[k]; ok && k != "" {
 			return v, true
@@ -154,11 +157,13 @@ func (l Labels) lookup(f imageFile, wd string) (string, bool) {
 // being the working directory.
 func (f imageFile) names(wd string) []string {
 	names := []string{filepath.Clean(f.path)}
-	if abs, err := filepath.Abs(f.path); err == nil {
-		names = append(names, abs)
-		if rel, err := filepath.Rel(wd, abs); err == nil {
-			names = append(names, rel)
-		}
+	abs := f.path
+	if !filepath.IsAbs(abs) {
+		abs = filepath.Join(wd, abs)
+	}
+	names = append(names, filepath.Clean(abs))
+	if rel, err := filepath.Rel(wd, abs); err == nil {
+		names = append(names, rel)
 	}
 	names = append(names, f.rel, filepath.Base(f.path))
 	for i, n := range names {
