@@ -54,7 +54,7 @@ func brownTarball(t *testing.T, stream string) string {
 
 // bench words on 2,000 Brown sentences: the daemon embeds the words the
 // library embeds and answers the same neighbour lists, word for word,
-// and every figure of the words section of BENCHMARKS.md is printed.
+// and the figures the words section of BENCHMARKS.md quotes are printed.
 func TestWordsLibraryAndDaemonAgree(t *testing.T) {
 	var out strings.Builder
 	queries := "the,said,president,city"
