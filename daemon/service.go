@@ -380,13 +380,12 @@ type PipelinesReply struct {
 	Pipelines []PipelineInfo `json:"pipelines"`
 }
 
-// Pipelines describes the daemon's pipelines.
+// Pipelines describes the daemon's pipelines, from the config it started
+// with: none of these fields can change while it runs.
 func (d *Daemon) Pipelines() PipelinesReply {
 	r := PipelinesReply{Version: Version}
-	for _, pl := range d.pipelines {
-		snap := pl.acquire()
-		r.Pipelines = append(r.Pipelines, pipelineInfo(&snap.cfg))
-		snap.release()
+	for i := range d.fixed.Pipelines {
+		r.Pipelines = append(r.Pipelines, pipelineInfo(&d.fixed.Pipelines[i]))
 	}
 	return r
 }
