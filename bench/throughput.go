@@ -252,7 +252,7 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 	// What the publisher sent ahead learned, a backlog of half again
 	// what the daemon learned in as long (and a few minibatches), and
 	// after the phase what is left of it learned too.
-	if err := in.waitLearned(ctx, sent); err != nil {
+	if err := in.waitLearned(ctx, sent, 5*time.Millisecond); err != nil {
 		return err
 	}
 	backlog := int(1.5*steadyLearn**seconds) + 4*p.Batch.Size
@@ -264,7 +264,7 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 		return err
 	}
 	backlogLeft := int64(sent) - in.learned()
-	if err := in.waitLearned(ctx, sent); err != nil {
+	if err := in.waitLearned(ctx, sent, 5*time.Millisecond); err != nil {
 		return err
 	}
 	flood, floodLearn, err := phase("flood", *floodRate, true)
@@ -370,17 +370,12 @@ func (in *benchDaemon) publish(ctx context.Context, msgs []*nats.Msg, sent *int,
 			showProgress("daemon: %d/%d images", *sent-base, limit)
 		}
 	}
-	return in.waitLearned(ctx, *sent)
+	return in.waitLearned(ctx, *sent, 5*time.Millisecond)
 }
 
 // waitLearned returns once the daemon has learned n messages, asking it
-// every 5 ms (a throughput run's end is known to 5 ms).
-func (in *benchDaemon) waitLearned(ctx context.Context, n int) error {
-	return in.waitLearnedEvery(ctx, n, 5*time.Millisecond)
-}
-
-// waitLearnedEvery is waitLearned asking every d.
-func (in *benchDaemon) waitLearnedEvery(ctx context.Context, n int, d time.Duration) error {
+// every d (a run's end is known to d).
+func (in *benchDaemon) waitLearned(ctx context.Context, n int, d time.Duration) error {
 	for in.learned() < int64(n) {
 		if err := wait(ctx, d); err != nil {
 			return err
@@ -438,11 +433,11 @@ func (in *benchDaemon) learnBacklog(ctx context.Context, p config.Pipeline, msgs
 			return b, err
 		}
 		t0, from := time.Now(), int(in.learned())
-		if err := in.waitLearnedEvery(ctx, n, 20*time.Millisecond); err != nil {
-			return b, err
-		}
 		if from >= n || from%batch != 0 {
 			return b, fmt.Errorf("bench throughput: the daemon restarted on its backlog had learned %d of %d images at its first status answer", from, n)
+		}
+		if err := in.waitLearned(ctx, n, 20*time.Millisecond); err != nil {
+			return b, err
 		}
 		rate := float64(n-from) / time.Since(t0).Seconds()
 		span := done[len(done)-1]
