@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"image"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -36,6 +37,9 @@ type Client struct {
 
 	mu        sync.Mutex
 	pipelines map[string]PipelineInfo // from the last look-up, by name
+	// waiting holds the cancel functions of the requests in flight, by
+	// subject, for refuse.
+	waiting map[string]map[*context.CancelCauseFunc]struct{}
 }
 
 // Option configures a Client.
@@ -76,9 +80,65 @@ func Connect(url string, opts ...Option) (*Client, error) {
 }
 
 // New returns a client on an open connection, which Close leaves open.
+//
+// A NATS server tells a client that its user may not publish to a
+// subject only asynchronously, through the connection's error handler,
+// so New installs one on nc that fails the client's requests to a
+// refused subject at once (an error wrapping nats.ErrPermissionViolation)
+// instead of leaving them to wait for their deadline, and then calls the
+// handler nc had before. A handler set on nc after New replaces it.
 func New(nc *nats.Conn, opts ...Option) *Client {
 	o := newOptions(opts)
-	return &Client{nc: nc, prefix: o.prefix}
+	c := &Client{nc: nc, prefix: o.prefix, waiting: map[string]map[*context.CancelCauseFunc]struct{}{}}
+	next := nc.ErrorHandler()
+	nc.SetErrorHandler(func(conn *nats.Conn, sub *nats.Subscription, err error) {
+		c.refuse(err)
+		if next != nil {
+			next(conn, sub, err)
+		}
+	})
+	return c
+}
+
+// refusedPublish matches the server's permission error for a publish
+// and captures its subject.
+var refusedPublish = regexp.MustCompile(`Publish to "([^"]+)"`)
+
+// refuse cancels the requests in flight to the subject of err, if err is
+// the server's refusal of a publish.
+func (c *Client) refuse(err error) {
+	if !errors.Is(err, nats.ErrPermissionViolation) {
+		return
+	}
+	m := refusedPublish.FindStringSubmatch(err.Error())
+	if m == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for cancel := range c.waiting[m[1]] {
+		(*cancel)(err)
+	}
+}
+
+// await registers cancel as a request in flight to subject until the
+// returned function is called.
+func (c *Client) await(subject string, cancel context.CancelCauseFunc) (done func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w := c.waiting[subject]
+	if w == nil {
+		w = map[*context.CancelCauseFunc]struct{}{}
+		c.waiting[subject] = w
+	}
+	w[&cancel] = struct{}{}
+	return func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if delete(w, &cancel); len(w) == 0 {
+			delete(c.waiting, subject)
+		}
+	}
 }
 
 // Conn returns the client's NATS connection.
@@ -153,16 +213,23 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("smtd client: %s: %s %s", e.Subject, e.Code, e.Description)
 }
 
-// request sends data with header h to subject and returns the reply, or
-// an *Error if the daemon refused it.
+// request sends data with header h to subject and returns the reply, an
+// *Error if the daemon refused it, or an error wrapping
+// nats.ErrPermissionViolation if the server did.
 func (c *Client) request(ctx context.Context, subject string, h nats.Header, data []byte) (*nats.Msg, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	defer c.await(subject, cancel)()
 	m, err := c.nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: subject, Header: h, Data: data})
 	if err != nil {
+		if cause := context.Cause(ctx); errors.Is(cause, nats.ErrPermissionViolation) {
+			err = cause
+		}
 		return nil, fmt.Errorf("smtd client: %s: %w", subject, err)
 	}
 	if code := m.Header.Get("Nats-Service-Error-Code"); code != "" {
@@ -342,7 +409,8 @@ type Outputs struct {
 
 // Outputs subscribes to the outputs of pipeline. When it returns, the
 // server has the subscription: every output published from then on is
-// received. Outputs not yet read by Next wait, up to 65,536 messages or
+// received. A subscription the server refuses returns an error wrapping
+// nats.ErrPermissionViolation. Outputs not yet read by Next wait, up to 65,536 messages or
 // 256 MiB; past that NATS drops them and Next returns
 // nats.ErrSlowConsumer.
 func (c *Client) Outputs(ctx context.Context, pipeline string) (*Outputs, error) {
@@ -361,6 +429,12 @@ func (c *Client) Outputs(ctx context.Context, pipeline string) (*Outputs, error)
 	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := c.nc.FlushWithContext(fctx); err != nil {
+		sub.Unsubscribe()
+		return nil, fmt.Errorf("smtd client: subscribing to %s: %w", p.Output, err)
+	}
+	// The server's refusal of the subscription comes before its answer
+	// to the flush, and the connection has recorded it by then.
+	if err := c.nc.LastError(); errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), fmt.Sprintf("Subscription to %q", p.Output)) {
 		sub.Unsubscribe()
 		return nil, fmt.Errorf("smtd client: subscribing to %s: %w", p.Output, err)
 	}
