@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -48,7 +49,8 @@ var ErrNoStream = errors.New("feed: no JetStream stream captures the subject (is
 // Send publishes the items of src to subject through JetStream, each with
 // its Nats-Msg-Id, and waits for every acknowledgement. It returns when
 // src is exhausted, ctx is done, or a publish fails; Result counts what
-// was acknowledged until then.
+// was acknowledged until then. If the server refuses the user's publish
+// to subject, the first item's error wraps nats.ErrPermissionViolation.
 func Send(ctx context.Context, nc *nats.Conn, subject string, src Source, opts Options) (Result, error) {
 	var res Result
 	if opts.Window <= 0 {
@@ -143,6 +145,11 @@ func Send(ctx context.Context, nc *nats.Conn, subject string, src Source, opts O
 			return res, fmt.Errorf("feed: publishing %s to %s: %w", it.Name, subject, err)
 		}
 		inflight = append(inflight, f)
+		if n == 0 {
+			if err := refused(ctx, nc, subject, opts.AckWait); err != nil {
+				return res, fmt.Errorf("feed: publishing %s to %s: %w", it.Name, subject, err)
+			}
+		}
 		n++
 	}
 	if pace != nil {
@@ -153,6 +160,22 @@ func Send(ctx context.Context, nc *nats.Conn, subject string, src Source, opts O
 		return res, err
 	}
 	return res, ctx.Err()
+}
+
+// refused reports the server's refusal of a publish to subject by the
+// connection's user, which comes only to the connection's error handler:
+// it flushes, which the refusal precedes, and reads the connection's
+// last error. Without it a refused feed would wait for AckWait.
+func refused(ctx context.Context, nc *nats.Conn, subject string, wait time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	if err := nc.FlushWithContext(ctx); err != nil {
+		return nil // the acknowledgements will tell
+	}
+	if err := nc.LastError(); errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), fmt.Sprintf("Publish to %q", subject)) {
+		return err
+	}
+	return nil
 }
 
 // DryRun reads and converts every item of src as Send would and writes

@@ -107,6 +107,34 @@ func TestSendReportsUnreadableItemsAndAMissingStream(t *testing.T) {
 	}
 }
 
+// A user who may not publish to the subject is told at once, not after
+// AckWait.
+func TestSendReportsARefusedPublish(t *testing.T) {
+	s, err := server.NewServer(&server.Options{
+		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
+		Users: []*server.User{{Username: "reader", Password: "secret", Permissions: &server.Permissions{
+			Publish: &server.SubjectPermission{Deny: []string{"in.>"}},
+		}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Start()
+	t.Cleanup(s.Shutdown)
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("NATS server not ready")
+	}
+	nc, err := nats.Connect(s.ClientURL(), nats.UserInfo("reader", "secret"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	res, err := Send(context.Background(), nc, "in.words", Text("words", strings.NewReader("a b\nc d\n"), "-", false), Options{})
+	if !errors.Is(err, nats.ErrPermissionViolation) || res.Sent != 0 {
+		t.Errorf("%+v, %v; want nothing sent and a permissions violation", res, err)
+	}
+}
+
 func TestDryRunPrintsAndSendsNothing(t *testing.T) {
 	var b bytes.Buffer
 	res, err := DryRun(&b, "in.words", Text("words", strings.NewReader("one\ntwo\n"), "t.txt", false))
