@@ -80,6 +80,7 @@ func KMeans(ctx context.Context, w io.Writer, args []string) error {
 	contextRange := fs.Int("context", 1, "range d of the contextual mean")
 	lambda := fs.Float64("lambda", 0.1, "whitening regulariser λ (pixels in [0, 1])")
 	minNorm := fs.Float64("min-norm", 0.1, "whitened patches with a smaller norm are blank")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the learning and assignment runs to `file`")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -127,6 +128,11 @@ func KMeans(ctx context.Context, w io.Writer, args []string) error {
 		x32[i] = float32(v)
 	}
 
+	stopProfile, err := StartCPUProfile(*cpuprofile)
+	if err != nil {
+		return err
+	}
+	defer stopProfile()
 	for _, k := range sizes {
 		km := online.NewKMeans(online.KMeansSettings{K: k, Dim: dim}, rand.NewPCG(*seed, *seed))
 		watch := startStopwatch()
