@@ -97,13 +97,13 @@ var (
 	}
 	avx2Kernel = &kernel{
 		name: "avx2",
-		rows: 3,
+		rows: 6,
 		argmax: func(x []float32, blocks, dim int, pack []float32, panels int, max []float32, idx []int32) {
-			checkArgmax(3, x, blocks, dim, pack, panels, max, idx)
+			checkArgmax(6, x, blocks, dim, pack, panels, max, idx)
 			argmaxAVX2(&x[0], blocks, dim, &pack[0], panels, &max[0], &idx[0])
 		},
 		above: func(x []float32, blocks, dim int, pack []float32, panels int, t float32, pos []int64, cos []float32, idx []int32) {
-			checkAbove(3, x, blocks, dim, pack, panels, pos, cos, idx)
+			checkAbove(6, x, blocks, dim, pack, panels, pos, cos, idx)
 			aboveAVX2(&x[0], blocks, dim, &pack[0], panels, t, &pos[0], &cos[0], &idx[0], &compressTable)
 		},
 	}

@@ -5,7 +5,7 @@
 // over rows and vector registers are unrolled here, in Go, so that the
 // assembly needs no macros; everything else is spelled out as it runs.
 //
-// Both kernels walk the rows in blocks (8 rows for AVX-512, 3 for AVX2)
+// Both kernels walk the rows in blocks (8 rows for AVX-512, 6 for AVX2)
 // and, for each block, every panel of 32 atoms:
 //
 //	acc[r][a] = 0
@@ -17,10 +17,15 @@
 //	then reduce acc (argmax or threshold) and go to the next panel.
 //
 // AVX-512 keeps 16 accumulators (8 rows × 2 registers of 16 atoms), two
-// panel registers and 8 broadcasts; AVX2 keeps 12 accumulators (3 rows ×
-// 4 registers of 8 atoms), reads the panel from L1 in the FMA and needs 3
-// broadcasts. Either has at least 12 independent FMA chains in flight,
-// more than the 2 pipes × 4 cycles of latency of recent x86 cores.
+// panel registers and 8 broadcasts. AVX2 takes a panel in two halves of
+// 16 atoms, one after the other: 12 accumulators (6 rows × 2 registers of
+// 8 atoms), two panel registers and two for the broadcasts, so that a
+// dimension costs 12 FMAs for 2 loads and 6 broadcasts. (Three rows of
+// whole panels, with the panel read in each FMA, cost 15 loads for 12
+// FMAs, and the loads, at two of 32 bytes a cycle, bound it: this layout
+// is 1.15 times as fast on an AVX2-only AMD EPYC, BENCHMARKS.md.) Either
+// has at least 12 independent FMA chains in flight, more than the 2
+// pipes × 4 cycles of latency of recent x86 cores.
 package main
 
 import (
@@ -97,31 +102,25 @@ func prologue(a *asm, name, args string, frame int) {
 	a.Op("MOVQ dim+16(FP), DX")
 }
 
-// panelStart opens the loops over blocks of rows and over the panels of
-// the atoms, and emits a panel's dimension loop (dimLoop).
-func panelStart(a *asm, name string, wide bool) {
+// blockStart opens the loops over blocks of rows and over the panels of
+// the atoms.
+func blockStart(a *asm, name string) {
 	a.Label(name + "_block")
 	a.Op("MOVQ pack+24(FP), R12")
 	a.Op("XORQ R11, R11")
 	a.Label(name + "_panel")
-	dimLoop(a, name, wide)
 }
 
-// dimLoop emits the loop over dimensions of one panel for one block.
-func dimLoop(a *asm, name string, wide bool) {
-	rows, regs := 3, 4
-	if wide {
-		rows, regs = 8, 2
-	}
+// panelStartAVX512 opens the loops over blocks and panels and emits an
+// AVX-512 panel's dimension loop: 8 rows × 2 registers of accumulators.
+func panelStartAVX512(a *asm, name string) {
+	const rows, regs = 8, 2
+	blockStart(a, name)
 	a.Comment("acc = 0")
 	for i := 0; i < rows*regs; i++ {
-		if wide {
-			a.Op("VPXORD Z%d, Z%d, Z%d", i, i, i)
-		} else {
-			a.Op("VPXOR Y%d, Y%d, Y%d", i, i, i)
-		}
+		a.Op("VPXORD Z%d, Z%d, Z%d", i, i, i)
 	}
-	fmaSteps(a, name, rows, regs, wide)
+	fmaSteps(a, name, rows, regs, true)
 	a.Op("MOVQ AX, R12")
 }
 
@@ -185,7 +184,7 @@ func avx512(a *asm, above bool) {
 		prologue(a, name, "(x *float32, blocks, dim int, pack *float32, panels int, max *float32, idx *int32)", 56)
 		a.Op("MOVQ max+40(FP), R9")
 		a.Op("MOVQ idx+48(FP), R10")
-		panelStart(a, name, true)
+		panelStartAVX512(a, name)
 		a.Comment("keep the lanes whose score beats the running maximum, and their panel")
 		a.Op("VPBROADCASTD R11, Z16")
 		for r := 0; r < rows; r++ {
@@ -208,7 +207,7 @@ func avx512(a *asm, above bool) {
 	a.Op("VBROADCASTSS t+40(FP), Z27")
 	a.Op("VMOVDQU32 lanes<>+0(SB), Z28")
 	a.Op("VMOVDQU32 lanes<>+64(SB), Z29")
-	panelStart(a, name, true)
+	panelStartAVX512(a, name)
 	a.Comment("compress the lanes with score ≥ t and their atoms to the row's output")
 	a.Op("MOVQ R11, AX")
 	a.Op("SHLQ $5, AX")
@@ -233,45 +232,89 @@ func avx512(a *asm, above bool) {
 }
 
 func avx2(a *asm, above bool) {
-	const rows, regs = 3, 4
-	if !above {
-		name := "argmaxAVX2"
+	const rows, regs = 6, 2
+	name := "argmaxAVX2"
+	if above {
+		name = "aboveAVX2"
+		prologue(a, name, "(x *float32, blocks, dim int, pack *float32, panels int, t float32, pos *int64, cos *float32, idx *int32, lut *[256][8]int32)", 80)
+		a.Op("MOVQ pos+48(FP), R9")
+		a.Op("MOVQ cos+56(FP), R10")
+		a.Op("MOVQ idx+64(FP), DI")
+		a.Op("MOVQ lut+72(FP), R8")
+	} else {
 		prologue(a, name, "(x *float32, blocks, dim int, pack *float32, panels int, max *float32, idx *int32)", 56)
 		a.Op("MOVQ max+40(FP), R9")
 		a.Op("MOVQ idx+48(FP), R10")
-		panelStart(a, name, false)
-		a.Comment("keep the lanes whose score beats the running maximum, and their panel")
-		a.Op("VMOVD R11, X12")
-		a.Op("VPBROADCASTD X12, Y12")
-		for r := 0; r < rows; r++ {
-			for q := 0; q < regs; q++ {
-				off := r*panelBytes + 32*q
-				acc := r*regs + q
-				a.Op("VMOVUPS %d(R9), Y13", off)
-				a.Op("VCMPPS $0x%x, Y13, Y%d, Y14", cmpGT, acc)
-				a.Op("VBLENDVPS Y14, Y%d, Y13, Y13", acc)
-				a.Op("VMOVUPS Y13, %d(R9)", off)
-				a.Op("VMOVDQU %d(R10), Y15", off)
-				a.Op("VBLENDVPS Y14, Y12, Y15, Y15")
-				a.Op("VMOVDQU Y15, %d(R10)", off)
-			}
-		}
-		epilogue(a, name, map[string]int{"R9": rows * panelBytes, "R10": rows * panelBytes})
-		return
 	}
-	name := "aboveAVX2"
-	prologue(a, name, "(x *float32, blocks, dim int, pack *float32, panels int, t float32, pos *int64, cos *float32, idx *int32, lut *[256][8]int32)", 80)
-	a.Op("MOVQ pos+48(FP), R9")
-	a.Op("MOVQ cos+56(FP), R10")
-	a.Op("MOVQ idx+64(FP), DI")
-	a.Op("MOVQ lut+72(FP), R8")
-	panelStart(a, name, false)
+	blockStart(a, name)
+	for h := 0; h < 2; h++ {
+		a.Comment(fmt.Sprintf("half %d of the panel: atoms %d-%d; acc = 0", h, 16*h, 16*h+15))
+		for i := 0; i < rows*regs; i++ {
+			a.Op("VPXOR Y%d, Y%d, Y%d", i, i, i)
+		}
+		a.Op("MOVQ SI, R13")
+		a.Op("MOVQ R12, AX")
+		a.Op("MOVQ DX, BX")
+		a.Label(fmt.Sprintf("%s_dim%d", name, h))
+		a.Op("VMOVUPS %d(AX), Y12", 64*h)
+		a.Op("VMOVUPS %d(AX), Y13", 64*h+32)
+		for r := 0; r < rows; r++ {
+			b := 14 + r%2
+			a.Op("VBROADCASTSS %d(R13), Y%d", 4*r, b)
+			a.Op("VFMADD231PS Y12, Y%d, Y%d", b, r*regs)
+			a.Op("VFMADD231PS Y13, Y%d, Y%d", b, r*regs+1)
+		}
+		a.Op("ADDQ $%d, R13", 4*rows)
+		a.Op("ADDQ $%d, AX", panelBytes)
+		a.Op("DECQ BX")
+		a.Op("JNZ %s_dim%d", name, h)
+		if h == 1 {
+			a.Op("MOVQ AX, R12")
+		}
+		if above {
+			aboveHalfAVX2(a, name, rows, regs, h)
+		} else {
+			argmaxHalfAVX2(a, rows, regs, h)
+		}
+	}
+	if above {
+		epilogue(a, name, map[string]int{"R9": 8 * rows})
+	} else {
+		epilogue(a, name, map[string]int{"R9": rows * panelBytes, "R10": rows * panelBytes})
+	}
+}
+
+// argmaxHalfAVX2 keeps the lanes of half h of the panel whose score beats
+// the running maximum, and the panel (R11).
+func argmaxHalfAVX2(a *asm, rows, regs, h int) {
+	a.Comment("keep the lanes whose score beats the running maximum, and their panel")
+	a.Op("VMOVD R11, X12")
+	a.Op("VPBROADCASTD X12, Y12")
+	for r := 0; r < rows; r++ {
+		for q := 0; q < regs; q++ {
+			off := r*panelBytes + 32*(regs*h+q)
+			acc := r*regs + q
+			a.Op("VMOVUPS %d(R9), Y13", off)
+			a.Op("VCMPPS $0x%x, Y13, Y%d, Y14", cmpGT, acc)
+			a.Op("VBLENDVPS Y14, Y%d, Y13, Y13", acc)
+			a.Op("VMOVUPS Y13, %d(R9)", off)
+			a.Op("VMOVDQU %d(R10), Y15", off)
+			a.Op("VBLENDVPS Y14, Y12, Y15, Y15")
+			a.Op("VMOVDQU Y15, %d(R10)", off)
+		}
+	}
+}
+
+// aboveHalfAVX2 appends the lanes of half h of the panel with score ≥ t
+// to their rows' outputs, packed by a permutation from the table (AVX2
+// has no compress), with their atoms 32·R11 + lane.
+func aboveHalfAVX2(a *asm, name string, rows, regs, h int) {
 	a.Comment("gather the lanes with score ≥ t (a permutation from the table, by mask) into the row's output")
 	a.Op("VBROADCASTSS t+40(FP), Y12")
 	for r := 0; r < rows; r++ {
 		for q := 0; q < regs; q++ {
 			acc := r*regs + q
-			skip := fmt.Sprintf("%s_skip%d%d", name, r, q)
+			skip := fmt.Sprintf("%s_skip%d%d%d", name, h, r, q)
 			a.Op("VCMPPS $0x%x, Y12, Y%d, Y14", cmpGE, acc)
 			a.Op("VMOVMSKPS Y14, AX")
 			a.Op("TESTL AX, AX")
@@ -284,7 +327,7 @@ func avx2(a *asm, above bool) {
 			a.Op("VMOVUPS Y15, (R10)(CX*4)")
 			a.Op("MOVQ R11, BX")
 			a.Op("SHLQ $5, BX")
-			a.Op("ADDQ $%d, BX", 8*q)
+			a.Op("ADDQ $%d, BX", 8*(regs*h+q))
 			a.Op("VMOVD BX, X13")
 			a.Op("VPBROADCASTD X13, Y13")
 			a.Op("VPADDD Y13, Y14, Y14")
@@ -294,7 +337,6 @@ func avx2(a *asm, above bool) {
 			a.Label(skip)
 		}
 	}
-	epilogue(a, name, map[string]int{"R9": 8 * rows})
 }
 
 // firstMaxAVX512 reduces the 32 lane maxima of each row, and their panels,
