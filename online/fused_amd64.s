@@ -763,7 +763,7 @@ argmaxAVX2_panel:
 	MOVQ SI, R13
 	MOVQ R12, AX
 	MOVQ DX, BX
-argmaxAVX2_dim0:
+argmaxAVX2_0_dim:
 	VMOVUPS 0(AX), Y12
 	VMOVUPS 32(AX), Y13
 	VBROADCASTSS 0(R13), Y14
@@ -787,7 +787,7 @@ argmaxAVX2_dim0:
 	ADDQ $24, R13
 	ADDQ $128, AX
 	DECQ BX
-	JNZ argmaxAVX2_dim0
+	JNZ argmaxAVX2_0_dim
 
 	// keep the lanes whose score beats the running maximum, and their panel
 	VMOVD R11, X12
@@ -893,7 +893,7 @@ argmaxAVX2_dim0:
 	MOVQ SI, R13
 	MOVQ R12, AX
 	MOVQ DX, BX
-argmaxAVX2_dim1:
+argmaxAVX2_1_dim:
 	VMOVUPS 64(AX), Y12
 	VMOVUPS 96(AX), Y13
 	VBROADCASTSS 0(R13), Y14
@@ -917,7 +917,7 @@ argmaxAVX2_dim1:
 	ADDQ $24, R13
 	ADDQ $128, AX
 	DECQ BX
-	JNZ argmaxAVX2_dim1
+	JNZ argmaxAVX2_1_dim
 	MOVQ AX, R12
 
 	// keep the lanes whose score beats the running maximum, and their panel
@@ -1049,7 +1049,7 @@ aboveAVX2_panel:
 	MOVQ SI, R13
 	MOVQ R12, AX
 	MOVQ DX, BX
-aboveAVX2_dim0:
+aboveAVX2_0_dim:
 	VMOVUPS 0(AX), Y12
 	VMOVUPS 32(AX), Y13
 	VBROADCASTSS 0(R13), Y14
@@ -1073,7 +1073,7 @@ aboveAVX2_dim0:
 	ADDQ $24, R13
 	ADDQ $128, AX
 	DECQ BX
-	JNZ aboveAVX2_dim0
+	JNZ aboveAVX2_0_dim
 
 	// gather the lanes with score ≥ t (a permutation from the table, by mask) into the row's output
 	VBROADCASTSS t+40(FP), Y12
@@ -1334,7 +1334,7 @@ aboveAVX2_skip051:
 	MOVQ SI, R13
 	MOVQ R12, AX
 	MOVQ DX, BX
-aboveAVX2_dim1:
+aboveAVX2_1_dim:
 	VMOVUPS 64(AX), Y12
 	VMOVUPS 96(AX), Y13
 	VBROADCASTSS 0(R13), Y14
@@ -1358,7 +1358,7 @@ aboveAVX2_dim1:
 	ADDQ $24, R13
 	ADDQ $128, AX
 	DECQ BX
-	JNZ aboveAVX2_dim1
+	JNZ aboveAVX2_1_dim
 	MOVQ AX, R12
 
 	// gather the lanes with score ≥ t (a permutation from the table, by mask) into the row's output

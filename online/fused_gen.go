@@ -120,36 +120,29 @@ func panelStartAVX512(a *asm, name string) {
 	for i := 0; i < rows*regs; i++ {
 		a.Op("VPXORD Z%d, Z%d, Z%d", i, i, i)
 	}
-	fmaSteps(a, name, rows, regs, true)
+	fmaSteps(a, name)
 	a.Op("MOVQ AX, R12")
 }
 
-// fmaSteps emits the loop over the dimensions of one panel: the block's
-// rows × regs accumulators += each row's value (broadcast) × the panel's
-// values of that dimension. R13 walks the rows (SI at the start), AX the
-// panel (R12), BX counts down the dimensions (DX).
-func fmaSteps(a *asm, name string, rows, regs int, wide bool) {
+// fmaSteps emits the AVX-512 loop over the dimensions of one panel: the
+// block's 8 rows × 2 accumulators Z0… += each row's value (broadcast into
+// Z18…) × the panel's values of that dimension (Z16, Z17). R13 walks the
+// rows (SI at the start), AX the panel (R12), BX counts down the
+// dimensions (DX).
+func fmaSteps(a *asm, name string) {
+	const rows, regs = 8, 2
 	a.Op("MOVQ SI, R13")
 	a.Op("MOVQ R12, AX")
 	a.Op("MOVQ DX, BX")
 	a.Label(name + "_dim")
-	if wide {
-		a.Op("VMOVUPS (AX), Z16")
-		a.Op("VMOVUPS 64(AX), Z17")
-		for r := 0; r < rows; r++ {
-			a.Op("VBROADCASTSS %d(R13), Z%d", 4*r, 18+r)
-		}
-		for r := 0; r < rows; r++ {
-			for q := 0; q < regs; q++ {
-				a.Op("VFMADD231PS Z%d, Z%d, Z%d", 16+q, 18+r, r*regs+q)
-			}
-		}
-	} else {
-		for r := 0; r < rows; r++ {
-			a.Op("VBROADCASTSS %d(R13), Y%d", 4*r, 12+r)
-			for q := 0; q < regs; q++ {
-				a.Op("VFMADD231PS %d(AX), Y%d, Y%d", 32*q, 12+r, r*regs+q)
-			}
+	a.Op("VMOVUPS (AX), Z16")
+	a.Op("VMOVUPS 64(AX), Z17")
+	for r := 0; r < rows; r++ {
+		a.Op("VBROADCASTSS %d(R13), Z%d", 4*r, 18+r)
+	}
+	for r := 0; r < rows; r++ {
+		for q := 0; q < regs; q++ {
+			a.Op("VFMADD231PS Z%d, Z%d, Z%d", 16+q, 18+r, r*regs+q)
 		}
 	}
 	a.Op("ADDQ $%d, R13", 4*rows)
@@ -252,22 +245,7 @@ func avx2(a *asm, above bool) {
 		for i := 0; i < rows*regs; i++ {
 			a.Op("VPXOR Y%d, Y%d, Y%d", i, i, i)
 		}
-		a.Op("MOVQ SI, R13")
-		a.Op("MOVQ R12, AX")
-		a.Op("MOVQ DX, BX")
-		a.Label(fmt.Sprintf("%s_dim%d", name, h))
-		a.Op("VMOVUPS %d(AX), Y12", 64*h)
-		a.Op("VMOVUPS %d(AX), Y13", 64*h+32)
-		for r := 0; r < rows; r++ {
-			b := 14 + r%2
-			a.Op("VBROADCASTSS %d(R13), Y%d", 4*r, b)
-			a.Op("VFMADD231PS Y12, Y%d, Y%d", b, r*regs)
-			a.Op("VFMADD231PS Y13, Y%d, Y%d", b, r*regs+1)
-		}
-		a.Op("ADDQ $%d, R13", 4*rows)
-		a.Op("ADDQ $%d, AX", panelBytes)
-		a.Op("DECQ BX")
-		a.Op("JNZ %s_dim%d", name, h)
+		halfSteps(a, fmt.Sprintf("%s_%d", name, h), rows, h)
 		if h == 1 {
 			a.Op("MOVQ AX, R12")
 		}
@@ -282,6 +260,30 @@ func avx2(a *asm, above bool) {
 	} else {
 		epilogue(a, name, map[string]int{"R9": rows * panelBytes, "R10": rows * panelBytes})
 	}
+}
+
+// halfSteps emits the AVX2 loop over the dimensions of half h of one
+// panel (atoms 16h…16h+15): the block's rows × 2 accumulators Y0… +=
+// each row's value (broadcast into Y14 or Y15) × the half panel's values
+// of that dimension (Y12, Y13). R13 walks the rows (SI at the start), AX
+// the panel (R12), BX counts down the dimensions (DX).
+func halfSteps(a *asm, label string, rows, h int) {
+	a.Op("MOVQ SI, R13")
+	a.Op("MOVQ R12, AX")
+	a.Op("MOVQ DX, BX")
+	a.Label(label + "_dim")
+	a.Op("VMOVUPS %d(AX), Y12", 64*h)
+	a.Op("VMOVUPS %d(AX), Y13", 64*h+32)
+	for r := 0; r < rows; r++ {
+		b := 14 + r%2
+		a.Op("VBROADCASTSS %d(R13), Y%d", 4*r, b)
+		a.Op("VFMADD231PS Y12, Y%d, Y%d", b, 2*r)
+		a.Op("VFMADD231PS Y13, Y%d, Y%d", b, 2*r+1)
+	}
+	a.Op("ADDQ $%d, R13", 4*rows)
+	a.Op("ADDQ $%d, AX", panelBytes)
+	a.Op("DECQ BX")
+	a.Op("JNZ %s_dim", label)
 }
 
 // argmaxHalfAVX2 keeps the lanes of half h of the panel whose score beats
@@ -624,9 +626,11 @@ func gatherAVX512(a *asm) {
 // xstride and pstride are the bytes from one block of x, and one panel,
 // to the next.
 func knnScores(a *asm, wide bool) {
-	name, rows, regs, reg, width := "knnScoresAVX2", 3, 4, "Y", 32
+	// AVX2 takes each panel in two halves of 16 atoms, as its k-means
+	// kernels do; AVX-512 takes it whole.
+	name, rows, regs, reg, width, halves := "knnScoresAVX2", 6, 2, "Y", 32, 2
 	if wide {
-		name, rows, regs, reg, width = "knnScoresAVX512", 8, 2, "Z", 64
+		name, rows, regs, reg, width, halves = "knnScoresAVX512", 8, 2, "Z", 64, 1
 	}
 	fmt.Fprintf(a, "\n// func %s(x *float32, blocks, n int, pack *float32, panels int, out *float32, xstride, pstride, add int)\nTEXT ·%s(SB), NOSPLIT, $0-72\n", name, name)
 	a.Op("MOVQ x+0(FP), SI")
@@ -635,37 +639,43 @@ func knnScores(a *asm, wide bool) {
 	a.Op("MOVQ xstride+48(FP), R8")
 	a.Op("MOVQ pstride+56(FP), DI")
 	a.Op("MOVQ add+64(FP), CX")
-	a.Label(name + "_block")
-	a.Op("MOVQ pack+24(FP), R12")
-	a.Op("XORQ R11, R11")
-	a.Label(name + "_panel")
-	a.Op("TESTQ CX, CX")
-	a.Op("JNZ %s_load", name)
-	a.Comment("acc = 0")
-	for i := 0; i < rows*regs; i++ {
+	blockStart(a, name)
+	for h := 0; h < halves; h++ {
+		label := fmt.Sprintf("%s_%d", name, h)
+		// off is the tile's byte offset of row r's register q.
+		off := func(r, q int) int { return r*panelBytes + width*(regs*h+q) }
+		a.Op("TESTQ CX, CX")
+		a.Op("JNZ %s_load", label)
+		a.Comment("acc = 0")
+		for i := 0; i < rows*regs; i++ {
+			if wide {
+				a.Op("VPXORD Z%d, Z%d, Z%d", i, i, i)
+			} else {
+				a.Op("VPXOR Y%d, Y%d, Y%d", i, i, i)
+			}
+		}
+		a.Op("JMP %s_start", label)
+		a.Label(label + "_load")
+		a.Comment("acc = the block's scores with this panel so far")
+		for r := 0; r < rows; r++ {
+			for q := 0; q < regs; q++ {
+				a.Op("VMOVUPS %d(R9), %s%d", off(r, q), reg, r*regs+q)
+			}
+		}
+		a.Label(label + "_start")
 		if wide {
-			a.Op("VPXORD Z%d, Z%d, Z%d", i, i, i)
+			fmaSteps(a, name)
 		} else {
-			a.Op("VPXOR Y%d, Y%d, Y%d", i, i, i)
+			halfSteps(a, label, rows, h)
+		}
+		a.Comment("store the block's scores with this panel")
+		for r := 0; r < rows; r++ {
+			for q := 0; q < regs; q++ {
+				a.Op("VMOVUPS %s%d, %d(R9)", reg, r*regs+q, off(r, q))
+			}
 		}
 	}
-	a.Op("JMP %s_start", name)
-	a.Label(name + "_load")
-	a.Comment("acc = the block's scores with this panel so far")
-	for r := 0; r < rows; r++ {
-		for q := 0; q < regs; q++ {
-			a.Op("VMOVUPS %d(R9), %s%d", r*panelBytes+width*q, reg, r*regs+q)
-		}
-	}
-	a.Label(name + "_start")
-	fmaSteps(a, name, rows, regs, wide)
 	a.Op("ADDQ DI, R12")
-	a.Comment("store the block's scores with this panel")
-	for r := 0; r < rows; r++ {
-		for q := 0; q < regs; q++ {
-			a.Op("VMOVUPS %s%d, %d(R9)", reg, r*regs+q, r*panelBytes+width*q)
-		}
-	}
 	a.Op("ADDQ $%d, R9", rows*panelBytes)
 	a.Op("INCQ R11")
 	a.Op("CMPQ R11, panels+32(FP)")

@@ -21,10 +21,10 @@ var (
 	}
 	knnAVX2 = &knnKernel{
 		name: "avx2",
-		rows: 3,
+		rows: 6,
 		scores: func(x []float32, blocks, dim, l0, l1 int, pack []float32, panels int, out []float32) {
-			checkKNNScores(3, x, blocks, dim, l0, l1, pack, panels, out)
-			knnScoresAVX2(&x[3*l0], blocks, l1-l0, &pack[panelWidth*l0], panels, &out[0], 4*3*dim, 4*panelWidth*dim, boolInt(l0 > 0))
+			checkKNNScores(6, x, blocks, dim, l0, l1, pack, panels, out)
+			knnScoresAVX2(&x[6*l0], blocks, l1-l0, &pack[panelWidth*l0], panels, &out[0], 4*6*dim, 4*panelWidth*dim, boolInt(l0 > 0))
 		},
 	}
 )
