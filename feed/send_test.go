@@ -18,16 +18,7 @@ import (
 // "in.>" that remembers message ids for an hour.
 func startJetStream(t *testing.T) (*nats.Conn, jetstream.Stream) {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Start()
-	t.Cleanup(s.Shutdown)
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("NATS server not ready")
-	}
-	nc, err := nats.Connect(s.ClientURL())
+	nc, err := nats.Connect(runServer(t, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,6 +32,22 @@ func startJetStream(t *testing.T) (*nats.Conn, jetstream.Stream) {
 		t.Fatal(err)
 	}
 	return nc, st
+}
+
+// runServer starts a NATS server with JetStream on a free loopback port,
+// with users if any, and returns its client URL.
+func runServer(t *testing.T, users []*server.User) string {
+	t.Helper()
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true, Users: users})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Start()
+	t.Cleanup(s.Shutdown)
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("NATS server not ready")
+	}
+	return s.ClientURL()
 }
 
 func streamCount(t *testing.T, st jetstream.Stream) uint64 {
@@ -110,21 +117,10 @@ func TestSendReportsUnreadableItemsAndAMissingStream(t *testing.T) {
 // A user who may not publish to the subject is told at once, not after
 // AckWait.
 func TestSendReportsARefusedPublish(t *testing.T) {
-	s, err := server.NewServer(&server.Options{
-		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
-		Users: []*server.User{{Username: "reader", Password: "secret", Permissions: &server.Permissions{
-			Publish: &server.SubjectPermission{Deny: []string{"in.>"}},
-		}}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Start()
-	t.Cleanup(s.Shutdown)
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("NATS server not ready")
-	}
-	nc, err := nats.Connect(s.ClientURL(), nats.UserInfo("reader", "secret"))
+	url := runServer(t, []*server.User{{Username: "reader", Password: "secret", Permissions: &server.Permissions{
+		Publish: &server.SubjectPermission{Deny: []string{"in.>"}},
+	}}})
+	nc, err := nats.Connect(url, nats.UserInfo("reader", "secret"))
 	if err != nil {
 		t.Fatal(err)
 	}
