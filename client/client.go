@@ -18,7 +18,6 @@ import (
 	"errors"
 	"fmt"
 	"image"
-	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -86,10 +85,14 @@ func Connect(url string, opts ...Option) (*Client, error) {
 // so New installs one on nc that fails the client's requests to a
 // refused subject at once (an error wrapping nats.ErrPermissionViolation)
 // instead of leaving them to wait for their deadline, and then calls the
-// handler nc had before. A handler set on nc after New replaces it.
+// handler nc had before. A handler set on nc after New replaces it. Each
+// New adds one to the chain, for as long as nc lives: make one Client per
+// connection.
 func New(nc *nats.Conn, opts ...Option) *Client {
 	o := newOptions(opts)
 	c := &Client{nc: nc, prefix: o.prefix, waiting: map[string]map[*context.CancelCauseFunc]struct{}{}}
+	chaining.Lock()
+	defer chaining.Unlock()
 	next := nc.ErrorHandler()
 	nc.SetErrorHandler(func(conn *nats.Conn, sub *nats.Subscription, err error) {
 		c.refuse(err)
@@ -100,24 +103,25 @@ func New(nc *nats.Conn, opts ...Option) *Client {
 	return c
 }
 
-// refusedPublish matches the server's permission error for a publish
-// and captures its subject.
-var refusedPublish = regexp.MustCompile(`Publish to "([^"]+)"`)
+// chaining serialises New's read and replacement of a connection's error
+// handler, so that Clients made at once on one connection each keep the
+// other's.
+var chaining sync.Mutex
 
-// refuse cancels the requests in flight to the subject of err, if err is
-// the server's refusal of a publish.
+// refuse cancels the requests in flight to a subject whose publish err
+// is the server's refusal of.
 func (c *Client) refuse(err error) {
 	if !errors.Is(err, nats.ErrPermissionViolation) {
 		return
 	}
-	m := refusedPublish.FindStringSubmatch(err.Error())
-	if m == nil {
-		return
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for cancel := range c.waiting[m[1]] {
-		(*cancel)(err)
+	for subject, w := range c.waiting {
+		if feed.Refused(err, "Publish", subject) {
+			for cancel := range w {
+				(*cancel)(err)
+			}
+		}
 	}
 }
 
@@ -410,14 +414,15 @@ type Outputs struct {
 // Outputs subscribes to the outputs of pipeline. When it returns, the
 // server has the subscription: every output published from then on is
 // received. A subscription the server refuses returns an error wrapping
-// nats.ErrPermissionViolation. Outputs not yet read by Next wait, up to 65,536 messages or
-// 256 MiB; past that NATS drops them and Next returns
-// nats.ErrSlowConsumer.
+// nats.ErrPermissionViolation. Outputs not yet read by Next wait, up to
+// 65,536 messages or 256 MiB; past that NATS drops them and Next
+// returns nats.ErrSlowConsumer.
 func (c *Client) Outputs(ctx context.Context, pipeline string) (*Outputs, error) {
 	p, err := c.Pipeline(ctx, pipeline)
 	if err != nil {
 		return nil, err
 	}
+	before := c.nc.LastError()
 	sub, err := c.nc.SubscribeSync(p.Output)
 	if err != nil {
 		return nil, fmt.Errorf("smtd client: subscribing to %s: %w", p.Output, err)
@@ -433,8 +438,9 @@ func (c *Client) Outputs(ctx context.Context, pipeline string) (*Outputs, error)
 		return nil, fmt.Errorf("smtd client: subscribing to %s: %w", p.Output, err)
 	}
 	// The server's refusal of the subscription comes before its answer
-	// to the flush, and the connection has recorded it by then.
-	if err := c.nc.LastError(); errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), fmt.Sprintf("Subscription to %q", p.Output)) {
+	// to the flush, and is the connection's last error by then (unless
+	// another error came in between).
+	if err := c.nc.LastError(); err != before && feed.Refused(err, "Subscription", p.Output) {
 		sub.Unsubscribe()
 		return nil, fmt.Errorf("smtd client: subscribing to %s: %w", p.Output, err)
 	}

@@ -63,6 +63,7 @@ func Send(ctx context.Context, nc *nats.Conn, subject string, src Source, opts O
 	if err != nil {
 		return res, err
 	}
+	defer js.CleanupPublisher()
 	acked := opts.Acked
 	if acked == nil {
 		acked = func() {}
@@ -139,6 +140,7 @@ func Send(ctx context.Context, nc *nats.Conn, subject string, src Source, opts O
 			return res, err
 		}
 		m := &nats.Msg{Subject: subject, Header: it.Header, Data: it.Data}
+		before := nc.LastError()
 		f, err := js.PublishMsgAsync(m)
 		if err != nil {
 			settle(context.Background(), 0)
@@ -146,7 +148,7 @@ func Send(ctx context.Context, nc *nats.Conn, subject string, src Source, opts O
 		}
 		inflight = append(inflight, f)
 		if n == 0 {
-			if err := refused(ctx, nc, subject, opts.AckWait); err != nil {
+			if err := refused(ctx, nc, subject, before, opts.AckWait); err != nil {
 				return res, fmt.Errorf("feed: publishing %s to %s: %w", it.Name, subject, err)
 			}
 		}
@@ -162,17 +164,27 @@ func Send(ctx context.Context, nc *nats.Conn, subject string, src Source, opts O
 	return res, ctx.Err()
 }
 
-// refused reports the server's refusal of a publish to subject by the
-// connection's user, which comes only to the connection's error handler:
-// it flushes, which the refusal precedes, and reads the connection's
-// last error. Without it a refused feed would wait for AckWait.
-func refused(ctx context.Context, nc *nats.Conn, subject string, wait time.Duration) error {
+// Refused reports whether err is the NATS server's refusal of op
+// ("Publish" or "Subscription") to subject by the connection's user,
+// which the server reports only to the connection's error handler and
+// its last error (nats.Conn.LastError).
+func Refused(err error, op, subject string) bool {
+	return errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), fmt.Sprintf("%s to %q", op, subject))
+}
+
+// refused returns the server's refusal of the publish to subject made
+// after the connection's last error was before, if there was one: the
+// refusal precedes the answer to a flush, and becomes the connection's
+// last error. (Another error on the connection in between hides it;
+// the acknowledgement's timeout then tells.) Without it a refused feed
+// would wait for AckWait.
+func refused(ctx context.Context, nc *nats.Conn, subject string, before error, wait time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	if err := nc.FlushWithContext(ctx); err != nil {
 		return nil // the acknowledgements will tell
 	}
-	if err := nc.LastError(); errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), fmt.Sprintf("Publish to %q", subject)) {
+	if err := nc.LastError(); err != before && Refused(err, "Publish", subject) {
 		return err
 	}
 	return nil
