@@ -440,7 +440,7 @@ func (c *Client) Outputs(ctx context.Context, pipeline string) (*Outputs, error)
 	// The server's refusal of the subscription comes before its answer
 	// to the flush, and is the connection's last error by then (unless
 	// another error came in between).
-	if err := c.nc.LastError(); err != before && feed.Refused(err, "Subscription", p.Output) {
+	if err := c.nc.LastError(); !errors.Is(err, before) && feed.Refused(err, "Subscription", p.Output) {
 		sub.Unsubscribe()
 		return nil, fmt.Errorf("smtd client: subscribing to %s: %w", p.Output, err)
 	}

@@ -184,7 +184,7 @@ func refused(ctx context.Context, nc *nats.Conn, subject string, before error, w
 	if err := nc.FlushWithContext(ctx); err != nil {
 		return nil // the acknowledgements will tell
 	}
-	if err := nc.LastError(); err != before && Refused(err, "Publish", subject) {
+	if err := nc.LastError(); !errors.Is(err, before) && Refused(err, "Publish", subject) {
 		return err
 	}
 	return nil
