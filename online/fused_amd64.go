@@ -33,6 +33,10 @@ func argmaxAVX2(x *float32, blocks, dim int, pack *float32, panels int, max *flo
 //go:noescape
 func aboveAVX2(x *float32, blocks, dim int, pack *float32, panels int, t float32, pos *int64, cos *float32, idx *int32, lut *[256][8]int32)
 
+// avx2Rows is the number of rows in a block of the AVX2 kernels, k-means
+// and KNN alike (fused_gen.go).
+const avx2Rows = 6
+
 var (
 	avx512Kernel = &kernel{
 		name: "avx512",
@@ -97,13 +101,13 @@ var (
 	}
 	avx2Kernel = &kernel{
 		name: "avx2",
-		rows: 6,
+		rows: avx2Rows,
 		argmax: func(x []float32, blocks, dim int, pack []float32, panels int, max []float32, idx []int32) {
-			checkArgmax(6, x, blocks, dim, pack, panels, max, idx)
+			checkArgmax(avx2Rows, x, blocks, dim, pack, panels, max, idx)
 			argmaxAVX2(&x[0], blocks, dim, &pack[0], panels, &max[0], &idx[0])
 		},
 		above: func(x []float32, blocks, dim int, pack []float32, panels int, t float32, pos []int64, cos []float32, idx []int32) {
-			checkAbove(6, x, blocks, dim, pack, panels, pos, cos, idx)
+			checkAbove(avx2Rows, x, blocks, dim, pack, panels, pos, cos, idx)
 			aboveAVX2(&x[0], blocks, dim, &pack[0], panels, t, &pos[0], &cos[0], &idx[0], &compressTable)
 		},
 	}

@@ -23,9 +23,9 @@
 // dimension costs 12 FMAs for 2 loads and 6 broadcasts. (Three rows of
 // whole panels, with the panel read in each FMA, cost 15 loads for 12
 // FMAs, and the loads, at two of 32 bytes a cycle, bound it: this layout
-// is 1.15 times as fast on an AVX2-only AMD EPYC, BENCHMARKS.md.) Either
-// has at least 12 independent FMA chains in flight, more than the 2
-// pipes × 4 cycles of latency of recent x86 cores.
+// is 1.14-1.15 times as fast on an AVX2-only AMD EPYC, BENCHMARKS.md.)
+// Either has at least 12 independent FMA chains in flight, more than the
+// 2 pipes × 4 cycles of latency of recent x86 cores.
 package main
 
 import (
@@ -309,7 +309,7 @@ func argmaxHalfAVX2(a *asm, rows, regs, h int) {
 
 // aboveHalfAVX2 appends the lanes of half h of the panel with score ≥ t
 // to their rows' outputs, packed by a permutation from the table (AVX2
-// has no compress), with their atoms 32·R11 + lane.
+// has no compress), with their atoms 32·R11 + 8·(2h + q) + lane.
 func aboveHalfAVX2(a *asm, name string, rows, regs, h int) {
 	a.Comment("gather the lanes with score ≥ t (a permutation from the table, by mask) into the row's output")
 	a.Op("VBROADCASTSS t+40(FP), Y12")
@@ -620,7 +620,7 @@ func gatherAVX512(a *asm) {
 //
 // so that a slice of dimensions of a block and of a panel stay in L1
 // while the tile, written in order one block × panel (1 KB for AVX-512,
-// 384 B for AVX2) after the other, stays in L2. Each lane continues its
+// 768 B for AVX2) after the other, stays in L2. Each lane continues its
 // chain of fused multiply-adds where the previous slice stopped, so the
 // scores do not depend on the slicing. x and pack point at dimension l0;
 // xstride and pstride are the bytes from one block of x, and one panel,

@@ -21,10 +21,10 @@ var (
 	}
 	knnAVX2 = &knnKernel{
 		name: "avx2",
-		rows: 6,
+		rows: avx2Rows,
 		scores: func(x []float32, blocks, dim, l0, l1 int, pack []float32, panels int, out []float32) {
-			checkKNNScores(6, x, blocks, dim, l0, l1, pack, panels, out)
-			knnScoresAVX2(&x[6*l0], blocks, l1-l0, &pack[panelWidth*l0], panels, &out[0], 4*6*dim, 4*panelWidth*dim, boolInt(l0 > 0))
+			checkKNNScores(avx2Rows, x, blocks, dim, l0, l1, pack, panels, out)
+			knnScoresAVX2(&x[avx2Rows*l0], blocks, l1-l0, &pack[panelWidth*l0], panels, &out[0], 4*avx2Rows*dim, 4*panelWidth*dim, boolInt(l0 > 0))
 		},
 	}
 )
