@@ -17,12 +17,12 @@ import (
 // The atoms are kept in float32 in panels of panelWidth atoms: panel p
 // holds, for l = 0…Dim−1 in turn, coordinate l of atoms panelWidth·p …
 // panelWidth·p + panelWidth − 1, so that one dimension of a panel is two
-// AVX-512 or four AVX2 registers. Atoms not seeded yet and the padding of
-// the last panel are NaN: a NaN score is neither larger than a running
-// maximum nor ≥ any threshold, so they are never chosen without a test in
-// the inner loop. The rows are packed in blocks of kernel.rows rows, one
-// dimension of the block after the other, so that the broadcasts of one
-// dimension read one cache line.
+// AVX-512 or four AVX2 registers (which the AVX2 kernels take two at a
+// time). Atoms not seeded yet and the padding of the last panel are NaN: a
+// NaN score is neither larger than a running maximum nor ≥ any threshold,
+// so they are never chosen without a test in the inner loop. The rows are
+// packed in blocks of kernel.rows rows, one dimension of the block after
+// the other, so that the broadcasts of one dimension read one cache line.
 //
 // Every lane accumulates its dot product in the same order, starting from
 // zero, so the AVX-512 and AVX2 kernels give bit-identical scores; the
