@@ -140,7 +140,10 @@ func Send(ctx context.Context, nc *nats.Conn, subject string, src Source, opts O
 			return res, err
 		}
 		m := &nats.Msg{Subject: subject, Header: it.Header, Data: it.Data}
-		before := nc.LastError()
+		var before error // the connection's last error before the first publish
+		if n == 0 {
+			before = nc.LastError()
+		}
 		f, err := js.PublishMsgAsync(m)
 		if err != nil {
 			settle(context.Background(), 0)
