@@ -210,6 +210,19 @@ func (in *benchDaemon) stop() {
 	}
 }
 
+// waitPublished returns once the daemon has published the outputs of n
+// messages, asking it every d.
+func (in *benchDaemon) waitPublished(ctx context.Context, n int, d time.Duration) error {
+	for {
+		if st, err := in.status(); err == nil && st.Pipelines[0].Published >= int64(n) {
+			return nil
+		}
+		if err := wait(ctx, d); err != nil {
+			return err
+		}
+	}
+}
+
 // learned returns how many messages the pipeline has learned. The
 // daemon is asked at most every 2 ms (a status is not free: it copies
 // the latency windows), and a failed request leaves the last answer.

@@ -26,7 +26,8 @@ import (
 )
 
 // Throughput measures, in one run on the default image pipeline (28x28,
-// 6x6 patches, K = 256, SMT dimension 32) and recorded MNIST:
+// 6x6 patches, K = 256, SMT dimension 32) and recorded MNIST, and on the
+// default frames pipeline and panned photos:
 //
 //   - learning throughput (medians of -rounds alternating runs) of the library (daemon.OfflineLearner: the
 //     decoding and learning code of a pipeline, in process, no NATS)
@@ -52,7 +53,7 @@ import (
 //   - the same at -flood-rate, past what the query workers can encode:
 //     every query must get an answer or a fast busy error (503 "busy: …"),
 //     reported with the p99 of the busy replies;
-//   - last, -rounds times, the library learning the -images images again,
+//   - -rounds times, the library learning the -images images again,
 //     then the daemon restarted with its model reset (its checkpoints
 //     deleted) learning the same first images of its input stream again:
 //     a backlog stored before it starts, no publisher running, as when it
@@ -64,7 +65,16 @@ import (
 //     (throughput_backlog_overhead; each round's in
 //     throughput_backlog_overhead_rounds). Unlike
 //     throughput_daemon_overhead, no publisher shares the machine's
-//     cores with the daemon.
+//     cores with the daemon;
+//   - last, -rounds alternating runs of the library and of a new daemon
+//     on the default frames pipeline (32x32 gray video, the temporal SMT
+//     of each stream's consecutive frames; -k atoms too): -frames frames
+//     of clips panned over the photos of -photos (frameRounds), the
+//     throughput_frames_* lines as the images' above.
+//
+// Each daemon learning round also ends once the daemon has published the
+// outputs of all it learned (throughput_daemon_published_images_per_s,
+// throughput_frames_daemon_published_per_s: learned and published).
 //
 // With the daemon in this process, each query phase also reports the
 // garbage collection cycles of the process (<phase>_gc_cycles) and the
@@ -95,6 +105,8 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 	learnYield := fs.Duration("learn-yield", config.Default().Service.LearnYield, "service.learn_yield")
 	learnNice := fs.Int("learn-nice", config.Default().Service.LearnNice, "service.learn_nice: the learner's nice value above the daemon's (0..19)")
 	rounds := fs.Int("rounds", 3, "alternating library and daemon learning runs; their medians are reported")
+	nFrames := fs.Int("frames", 10000, "video frames learned by the library and by the daemon in each round of the frames pipeline (0: no frames rounds)")
+	photos := fs.String("photos", "../shared/data/images", "`directory` of the photos (PNG or JPEG) the video frames pan over")
 	process := fs.Bool("process", false, "run the daemon as smtd run in a process of its own (default: in this process)")
 	daemonProfile := fs.String("daemon-cpuprofile", "", "with -process, write a CPU profile of the first round's daemon process to `file` (with -rounds 1 it runs the query phases too)")
 	daemonTrace := fs.String("daemon-trace", "", "with -process, write an execution trace of the first round's daemon process to `file` (with -rounds 1 it runs the query phases too)")
@@ -104,6 +116,9 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 	}
 	if *rate <= 0 || *floodRate <= 0 || *seconds <= 0 || *nImages < 1 || *rounds < 1 || *atoms < 1 {
 		return errors.New("bench throughput: -rate, -flood-rate, -seconds, -images, -rounds and -k must be positive")
+	}
+	if *nFrames < 0 {
+		return errors.New("bench throughput: -frames must be >= 0")
 	}
 	if (*daemonProfile != "" || *daemonTrace != "") && !*process {
 		return errors.New("bench throughput: -daemon-cpuprofile and -daemon-trace need -process")
@@ -137,59 +152,39 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 	for i := range msgs {
 		msgs[i] = imageMsg(p.Input.Subject, train, i)
 	}
-	var libRates, daemonRates []float64
-	var in *benchDaemon
+	// The daemon, with the query pool under test.
+	change := func(c *config.Config) {
+		c.Service.QueryWorkers, c.Service.QueryQueue, c.Service.LearnYield, c.Service.LearnNice = *workers, *queue, *learnYield, *learnNice
+	}
+	start := func(p config.Pipeline, round int) (*benchDaemon, error) {
+		if !*process {
+			return startDaemonWith(ctx, p, os.Stderr, change)
+		}
+		var runArgs []string
+		for _, f := range []struct{ flag, path string }{{"--cpuprofile", *daemonProfile}, {"--trace", *daemonTrace}} {
+			if round > 0 || p.Modality != config.Image || f.path == "" {
+				continue
+			}
+			path, err := filepath.Abs(f.path)
+			if err != nil {
+				return nil, err
+			}
+			runArgs = append(runArgs, f.flag, path)
+		}
+		return startDaemonProcessWith(ctx, p, change, runArgs...)
+	}
+	learning, in, err := learningRounds(ctx, p, msgs, *rounds, start)
 	defer func() {
 		if in != nil {
 			in.Close()
 		}
 	}()
-	sent := 0
-	for round := range *rounds {
-		done, err := libraryRound(ctx, p, msgs[:n], fmt.Sprintf("round %d", round+1))
-		if err != nil {
-			return err
-		}
-		libRates = append(libRates, float64(n)/done[len(done)-1].Seconds())
-
-		if in != nil {
-			in.Close()
-		}
-		// The daemon, with the query pool under test.
-		change := func(c *config.Config) {
-			c.Service.QueryWorkers, c.Service.QueryQueue, c.Service.LearnYield, c.Service.LearnNice = *workers, *queue, *learnYield, *learnNice
-		}
-		if *process {
-			var runArgs []string
-			for _, f := range []struct{ flag, path string }{{"--cpuprofile", *daemonProfile}, {"--trace", *daemonTrace}} {
-				if round > 0 || f.path == "" {
-					continue
-				}
-				path, err := filepath.Abs(f.path)
-				if err != nil {
-					return err
-				}
-				runArgs = append(runArgs, f.flag, path)
-			}
-			in, err = startDaemonProcessWith(ctx, p, change, runArgs...)
-		} else {
-			in, err = startDaemonWith(ctx, p, os.Stderr, change)
-		}
-		if err != nil {
-			return err
-		}
-		t0 := time.Now()
-		sent = 0
-		if err := in.publish(ctx, msgs, &sent, n, nil); err != nil {
-			return err
-		}
-		daemonRates = append(daemonRates, float64(n)/time.Since(t0).Seconds())
+	if err != nil {
+		return err
 	}
-	libRate, daemonRate := median(libRates), median(daemonRates)
-	overheads := make([]float64, len(libRates))
-	for i := range overheads {
-		overheads[i] = 1 - daemonRates[i]/libRates[i]
-	}
+	sent := n
+	libRate, daemonRate := median(learning.lib), median(learning.daemon)
+	overheads := learning.overheads()
 
 	// Queries while the daemon learns: the publisher keeps it learning
 	// (the same images again) until the query phase ends.
@@ -275,6 +270,14 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 	if err != nil {
 		return err
 	}
+	in.Close()
+	in = nil
+	var video learningRates
+	if *nFrames > 0 {
+		if video, err = frameRounds(ctx, *photos, *nFrames, *atoms, *rounds, start); err != nil {
+			return err
+		}
+	}
 	showProgress("")
 
 	line := func(name string, v any) { fmt.Fprintf(w, "%s: %v\n", name, v) }
@@ -298,6 +301,16 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 	line("throughput_backlog_library_images_per_s", fmt.Sprintf("%.0f", median(fromBacklog.libRates)))
 	line("throughput_backlog_overhead", fmt.Sprintf("%.3f", median(fromBacklog.overheads)))
 	line("throughput_backlog_overhead_rounds", formatOverheads(fromBacklog.overheads))
+	line("throughput_daemon_published_images_per_s", fmt.Sprintf("%.0f", median(learning.published)))
+	if *nFrames > 0 {
+		line("throughput_frames", *nFrames)
+		line("throughput_frames_library_per_s", fmt.Sprintf("%.0f", median(video.lib)))
+		line("throughput_frames_daemon_per_s", fmt.Sprintf("%.0f", median(video.daemon)))
+		line("throughput_frames_daemon_published_per_s", fmt.Sprintf("%.0f", median(video.published)))
+		line("throughput_frames_overhead", fmt.Sprintf("%.3f", 1-median(video.daemon)/median(video.lib)))
+		line("throughput_frames_overhead_paired", fmt.Sprintf("%.3f", median(video.overheads())))
+		line("throughput_frames_overhead_rounds", formatOverheads(video.overheads()))
+	}
 	for _, ph := range []struct {
 		name  string
 		load  *queryLoad
@@ -401,6 +414,60 @@ func libraryRound(ctx context.Context, p config.Pipeline, msgs []*nats.Msg, name
 		showProgress("%s: library %d/%d images", name, i, len(msgs))
 	}
 	return done, nil
+}
+
+// learningRates are the images (or frames) a second of alternating
+// rounds: the library learning them (lib), then a new daemon learning
+// the same through NATS (daemon, until its status counts them all
+// learned) and publishing their outputs (published, until it counts
+// them all published).
+type learningRates struct {
+	lib, daemon, published []float64
+}
+
+// overheads returns each round's 1 − daemon/library.
+func (r learningRates) overheads() []float64 {
+	o := make([]float64, len(r.lib))
+	for i := range o {
+		o[i] = 1 - r.daemon[i]/r.lib[i]
+	}
+	return o
+}
+
+// learningRounds measures, rounds times, the library learning msgs from
+// an empty model, then a daemon started by start (its data new) learning
+// them from an empty model as they are published to it: on a shared
+// machine the load of other processes changes between runs, and the
+// medians of alternating rounds see the same load. Each round's daemon
+// is closed when the next starts; the last one's is returned, running.
+func learningRounds(ctx context.Context, p config.Pipeline, msgs []*nats.Msg, rounds int, start func(p config.Pipeline, round int) (*benchDaemon, error)) (learningRates, *benchDaemon, error) {
+	var r learningRates
+	var in *benchDaemon
+	n := len(msgs)
+	for round := range rounds {
+		done, err := libraryRound(ctx, p, msgs, fmt.Sprintf("%s round %d", p.Name, round+1))
+		if err != nil {
+			return r, in, err
+		}
+		r.lib = append(r.lib, float64(n)/done[len(done)-1].Seconds())
+		if in != nil {
+			in.Close()
+		}
+		if in, err = start(p, round); err != nil {
+			return r, nil, err
+		}
+		t0 := time.Now()
+		sent := 0
+		if err := in.publish(ctx, msgs, &sent, n, nil); err != nil {
+			return r, in, err
+		}
+		r.daemon = append(r.daemon, float64(n)/time.Since(t0).Seconds())
+		if err := in.waitPublished(ctx, n, 5*time.Millisecond); err != nil {
+			return r, in, err
+		}
+		r.published = append(r.published, float64(n)/time.Since(t0).Seconds())
+	}
+	return r, in, nil
 }
 
 // backlogRounds are the daemon's learning rates on a backlog

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/smtd/smtd/config"
 	"github.com/smtd/smtd/daemon"
 )
 
@@ -72,12 +73,16 @@ func TestOffCPUShares(t *testing.T) {
 // bench throughput runs its phases on a small stream and reports, for
 // each, what was sent and how it ended; in the replay phase the daemon
 // learns a backlog published before it, and, restarted with its model
-// reset, its first images again as a backlog. The phases last 2 s: the daemon
-// counts what it learned a minibatch (32 images) at a time, and under
-// the race detector it learns about 60 images a second.
+// reset, its first images again as a backlog; then the frames pipeline
+// learns panned video in the library and the daemon. The phases last 2
+// s: the daemon counts what it learned a minibatch (32 images) at a time,
+// and under the race detector it learns about 60 images a second.
 func TestThroughputPhases(t *testing.T) {
 	dir := digitsDir(t, 11, 64)
-	lines := runBench(t, Throughput, "-mnist", dir, "-images", "96", "-k", "64", "-rounds", "2", "-seconds", "2", "-rate", "50", "-flood-rate", "400")
+	photos := t.TempDir()
+	writePhoto(t, filepath.Join(photos, "a.png"), 1)
+	lines := runBench(t, Throughput, "-mnist", dir, "-images", "96", "-k", "64", "-rounds", "2", "-seconds", "2", "-rate", "50", "-flood-rate", "400",
+		"-photos", photos, "-frames", "64")
 	for _, phase := range []string{"idle", "embed", "replay", "flood"} {
 		sent, err := strconv.Atoi(lines[phase+"_sent"])
 		if err != nil || sent == 0 {
@@ -122,6 +127,24 @@ func TestThroughputPhases(t *testing.T) {
 			t.Errorf("%s: %q, want a rate", name, lines[name])
 		}
 	}
+	// Learned, then published: the outputs of a round go out after its
+	// inputs are learned.
+	for _, pair := range [][2]string{
+		{"throughput_daemon_images_per_s", "throughput_daemon_published_images_per_s"},
+		{"throughput_frames_daemon_per_s", "throughput_frames_daemon_published_per_s"},
+	} {
+		learned, err1 := strconv.ParseFloat(lines[pair[0]], 64)
+		published, err2 := strconv.ParseFloat(lines[pair[1]], 64)
+		if err1 != nil || err2 != nil || !(published > 0 && published <= learned) {
+			t.Errorf("%s %q, %s %q: want a rate no higher than the learning rate", pair[0], lines[pair[0]], pair[1], lines[pair[1]])
+		}
+	}
+	if r, err := strconv.ParseFloat(lines["throughput_frames_library_per_s"], 64); err != nil || r <= 0 {
+		t.Errorf("throughput_frames_library_per_s: %q, want a rate", lines["throughput_frames_library_per_s"])
+	}
+	if f := strings.Split(lines["throughput_frames_overhead_rounds"], ","); len(f) != 2 || lines["throughput_frames"] != "64" {
+		t.Errorf("throughput_frames %q, throughput_frames_overhead_rounds %q: want 64 frames, one overhead a round", lines["throughput_frames"], lines["throughput_frames_overhead_rounds"])
+	}
 	if n, err := strconv.Atoi(lines["replay_backlog_left"]); err != nil || n < 0 {
 		t.Errorf("replay_backlog_left: %q, want a count", lines["replay_backlog_left"])
 	}
@@ -133,8 +156,46 @@ func TestThroughputPhases(t *testing.T) {
 			t.Errorf("%s without -process: %v, want it refused", flag, err)
 		}
 	}
+	if err := Throughput(context.Background(), io.Discard, []string{"-mnist", dir, "-frames", "-1"}); err == nil || !strings.Contains(err.Error(), "-frames") {
+		t.Errorf("-frames -1: %v, want it refused", err)
+	}
 	// 16 atoms cannot carry the default 32 SMT dimensions.
 	if err := Throughput(context.Background(), io.Discard, []string{"-mnist", dir, "-k", "16"}); err == nil || !strings.Contains(err.Error(), "smt.dim") {
 		t.Errorf("-k 16: %v, want the config refused", err)
+	}
+}
+
+// The frames are clips of clipFrames frames, each a stream of its own
+// numbered from 0, panned over the photos in turn, raw uint8 of the
+// pipeline's shape.
+func TestPanFrames(t *testing.T) {
+	dir := t.TempDir()
+	writePhoto(t, filepath.Join(dir, "a.png"), 1)
+	writePhoto(t, filepath.Join(dir, "b.png"), 2)
+	p := config.DefaultPipeline(config.Video, "frames")
+	n := 2*clipFrames + 10
+	msgs, err := panFrames(dir, p, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(msgs) != n {
+		t.Fatalf("%d frames, want %d", len(msgs), n)
+	}
+	streams := map[string]int{}
+	for i, m := range msgs {
+		stream := m.Header.Get(daemon.HeaderStream)
+		if want := strconv.Itoa(streams[stream]); m.Header.Get(daemon.HeaderFrame) != want {
+			t.Fatalf("frame %d: %s %q in stream %q, want %s", i, daemon.HeaderFrame, m.Header.Get(daemon.HeaderFrame), stream, want)
+		}
+		streams[stream]++
+		if len(m.Data) != p.Image.Width*p.Image.Height || m.Header.Get(daemon.HeaderShape) != "32,32" {
+			t.Fatalf("frame %d: %d bytes, shape %q", i, len(m.Data), m.Header.Get(daemon.HeaderShape))
+		}
+	}
+	if len(streams) != 3 || streams["pan-0-a.png"] != clipFrames || streams["pan-1-b.png"] != clipFrames || streams["pan-2-a.png"] != 10 {
+		t.Errorf("streams %v, want two clips of %d and one of 10, the photos in turn", streams, clipFrames)
+	}
+	if _, err := panFrames(t.TempDir(), p, 1); err == nil || !strings.Contains(err.Error(), "no photos") {
+		t.Errorf("an empty directory: %v, want it refused", err)
 	}
 }

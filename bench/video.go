@@ -142,17 +142,10 @@ func Video(ctx context.Context, w io.Writer, args []string) error {
 			held[name] = true
 		}
 	}
-	entries, err := os.ReadDir(*dir)
+	names, err := photoNames(*dir)
 	if err != nil {
 		return fmt.Errorf("bench video: %w", err)
 	}
-	var names []string
-	for _, e := range entries {
-		if ext := strings.ToLower(filepath.Ext(e.Name())); !e.IsDir() && (ext == ".png" || ext == ".jpg" || ext == ".jpeg") {
-			names = append(names, e.Name())
-		}
-	}
-	slices.Sort(names)
 	for name := range held {
 		if !slices.Contains(names, name) {
 			return fmt.Errorf("bench video: -test photo %q is not in %s", name, *dir)
@@ -524,4 +517,20 @@ func straightening(ys []*mat.Dense, frames, positions int) (centred, uncentred f
 	}
 	num /= cols
 	return num / variance, num / (sq / rows)
+}
+
+// photoNames returns the names of the PNG and JPEG files in dir, sorted.
+func photoNames(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, e := range entries {
+		if ext := strings.ToLower(filepath.Ext(e.Name())); !e.IsDir() && (ext == ".png" || ext == ".jpg" || ext == ".jpeg") {
+			names = append(names, e.Name())
+		}
+	}
+	slices.Sort(names)
+	return names, nil
 }
