@@ -33,7 +33,7 @@ var benchmarks = map[string]struct {
 	"memory":         {bench.Memory, "resident memory at 10% and 100% of a long MNIST replay through the daemon (default one million patches)"},
 	"faults":         {bench.Faults, "delivery under faults, with the daemon as child processes: kill -9, NATS restart, input stream deleted, full disk, corrupt checkpoint; messages in, applied, applied twice, lost, outputs and duplicates"},
 	"takeover":       {bench.Takeover, "cluster mode: a 3-node NATS cluster and three daemon processes; SIGKILL of the owner: seconds to the new owner's first batch, embed requests failed and their latency during the takeover, memory and CPU of owner and standby"},
-	"throughput":     {bench.Throughput, "learning images/s of the library vs the daemon (overhead), embed latency p50/p99 at 500 queries/s while learning, answers and busy replies at 5000/s"},
+	"throughput":     {bench.Throughput, "images/s and frames/s learned (and published) by the library vs the daemon (overhead), embed latency p50/p99 at 500 queries/s while learning, answers and busy replies at 5000/s"},
 	"words":          {bench.Words, "SMT word embeddings on the Brown corpus, in the library and through a daemon: nearest neighbours of chosen words, tokens/s, time to embeddings"},
 }
 
