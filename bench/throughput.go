@@ -69,7 +69,7 @@ import (
 //   - last, -rounds alternating runs of the library and of a new daemon
 //     on the default frames pipeline (32x32 gray video, the temporal SMT
 //     of each stream's consecutive frames; -k atoms too): -frames frames
-//     of clips panned over the photos of -photos (frameRounds), the
+//     of clips panned over the photos of -photos (framesInput), the
 //     throughput_frames_* lines as the images' above.
 //
 // Each daemon learning round also ends once the daemon has published the
@@ -151,6 +151,15 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 	msgs := make([]*nats.Msg, n)
 	for i := range msgs {
 		msgs[i] = imageMsg(p.Input.Subject, train, i)
+	}
+	// The frames, made before any round so that a missing photo fails
+	// the run at once.
+	var framesPipeline config.Pipeline
+	var frames []*nats.Msg
+	if *nFrames > 0 {
+		if framesPipeline, frames, err = framesInput(*photos, *nFrames, *atoms); err != nil {
+			return err
+		}
 	}
 	// The daemon, with the query pool under test.
 	change := func(c *config.Config) {
@@ -274,9 +283,12 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 	in = nil
 	var video learningRates
 	if *nFrames > 0 {
-		if video, err = frameRounds(ctx, *photos, *nFrames, *atoms, *rounds, start); err != nil {
+		video, in, err = learningRounds(ctx, framesPipeline, frames, *rounds, start)
+		if err != nil {
 			return err
 		}
+		in.Close()
+		in = nil
 	}
 	showProgress("")
 

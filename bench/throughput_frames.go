@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
@@ -14,16 +13,16 @@ import (
 	"github.com/smtd/smtd/dataset"
 )
 
-// clipFrames is the length of each panned clip of frameRounds: ten
+// clipFrames is the length of each panned clip of framesInput: ten
 // seconds of a 25 frames/s camera.
 const clipFrames = 250
 
-// frameRounds measures the default frames pipeline (32x32 gray video, the
+// framesInput returns the default frames pipeline (32x32 gray video, the
 // temporal SMT of each stream's consecutive frames) with atoms k-means
-// atoms as learningRounds does, on n frames: clips of clipFrames frames,
-// each a stream of its own, panned over the photos of dir in turn
-// (dataset.Pan, seeded by the clip's number).
-func frameRounds(ctx context.Context, dir string, n, atoms, rounds int, start func(config.Pipeline, int) (*benchDaemon, error)) (learningRates, error) {
+// atoms, and n input messages for it: clips of clipFrames frames, each a
+// stream of its own, panned over the photos of dir in turn (dataset.Pan,
+// seeded by the clip's number).
+func framesInput(dir string, n, atoms int) (config.Pipeline, []*nats.Msg, error) {
 	p := config.DefaultPipeline(config.Video, "frames")
 	p.Input.Subject = "bench.frames"
 	p.Output.Subject = "bench.frames.embeddings"
@@ -31,17 +30,10 @@ func frameRounds(ctx context.Context, dir string, n, atoms, rounds int, start fu
 	check := config.Default()
 	check.Pipelines = []config.Pipeline{p}
 	if err := check.Validate(); err != nil {
-		return learningRates{}, fmt.Errorf("bench throughput: frames: %w", err)
+		return p, nil, fmt.Errorf("bench throughput: frames: %w", err)
 	}
 	msgs, err := panFrames(dir, p, n)
-	if err != nil {
-		return learningRates{}, err
-	}
-	r, in, err := learningRounds(ctx, p, msgs, rounds, start)
-	if in != nil {
-		in.Close()
-	}
-	return r, err
+	return p, msgs, err
 }
 
 // panFrames returns n input messages of pipeline p, raw uint8 frames of

@@ -159,6 +159,10 @@ func TestThroughputPhases(t *testing.T) {
 	if err := Throughput(context.Background(), io.Discard, []string{"-mnist", dir, "-frames", "-1"}); err == nil || !strings.Contains(err.Error(), "-frames") {
 		t.Errorf("-frames -1: %v, want it refused", err)
 	}
+	// Without photos the run stops before its first round.
+	if err := Throughput(context.Background(), io.Discard, []string{"-mnist", dir, "-photos", t.TempDir()}); err == nil || !strings.Contains(err.Error(), "no photos") {
+		t.Errorf("-photos of an empty directory: %v, want it refused", err)
+	}
 	// 16 atoms cannot carry the default 32 SMT dimensions.
 	if err := Throughput(context.Background(), io.Discard, []string{"-mnist", dir, "-k", "16"}); err == nil || !strings.Contains(err.Error(), "smt.dim") {
 		t.Errorf("-k 16: %v, want the config refused", err)
