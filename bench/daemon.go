@@ -211,16 +211,13 @@ func (in *benchDaemon) stop() {
 }
 
 // waitPublished returns once the daemon has published the outputs of n
-// messages, asking it every d.
+// messages, asking it every d, or an error after a minute (an output
+// the daemon failed to publish is not counted).
 func (in *benchDaemon) waitPublished(ctx context.Context, n int, d time.Duration) error {
-	for {
-		if st, err := in.status(); err == nil && st.Pipelines[0].Published >= int64(n) {
-			return nil
-		}
-		if err := wait(ctx, d); err != nil {
-			return err
-		}
-	}
+	return pollEvery(ctx, d, time.Minute, fmt.Sprintf("the outputs of %d messages published", n), func() bool {
+		st, err := in.status()
+		return err == nil && st.Pipelines[0].Published >= int64(n)
+	})
 }
 
 // learned returns how many messages the pipeline has learned. The

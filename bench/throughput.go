@@ -306,7 +306,7 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 	line("throughput_daemon_process", *process)
 	line("throughput_library_images_per_s", fmt.Sprintf("%.0f", libRate))
 	line("throughput_daemon_images_per_s", fmt.Sprintf("%.0f", daemonRate))
-	line("throughput_daemon_overhead", fmt.Sprintf("%.3f", 1-daemonRate/libRate))
+	line("throughput_daemon_overhead", fmt.Sprintf("%.3f", learning.overhead()))
 	line("throughput_daemon_overhead_paired", fmt.Sprintf("%.3f", median(overheads)))
 	line("throughput_daemon_overhead_rounds", formatOverheads(overheads))
 	line("throughput_backlog_images_per_s", fmt.Sprintf("%.0f", median(fromBacklog.rates)))
@@ -319,7 +319,7 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 		line("throughput_frames_library_per_s", fmt.Sprintf("%.0f", median(video.lib)))
 		line("throughput_frames_daemon_per_s", fmt.Sprintf("%.0f", median(video.daemon)))
 		line("throughput_frames_daemon_published_per_s", fmt.Sprintf("%.0f", median(video.published)))
-		line("throughput_frames_overhead", fmt.Sprintf("%.3f", 1-median(video.daemon)/median(video.lib)))
+		line("throughput_frames_overhead", fmt.Sprintf("%.3f", video.overhead()))
 		line("throughput_frames_overhead_paired", fmt.Sprintf("%.3f", median(video.overheads())))
 		line("throughput_frames_overhead_rounds", formatOverheads(video.overheads()))
 	}
@@ -436,6 +436,9 @@ func libraryRound(ctx context.Context, p config.Pipeline, msgs []*nats.Msg, name
 type learningRates struct {
 	lib, daemon, published []float64
 }
+
+// overhead returns 1 − daemon/library of the rounds' median rates.
+func (r learningRates) overhead() float64 { return 1 - median(r.daemon)/median(r.lib) }
 
 // overheads returns each round's 1 − daemon/library.
 func (r learningRates) overheads() []float64 {

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"image"
 	"math/rand/v2"
 	"path/filepath"
 	"strconv"
@@ -47,16 +48,18 @@ func panFrames(dir string, p config.Pipeline, n int) ([]*nats.Msg, error) {
 	if len(names) == 0 {
 		return nil, fmt.Errorf("bench throughput: no photos (PNG or JPEG) in %s", dir)
 	}
+	photos := make([]*image.Gray, min(len(names), (n+clipFrames-1)/clipFrames))
+	for i := range photos {
+		if photos[i], err = dataset.LoadGray(filepath.Join(dir, names[i])); err != nil {
+			return nil, fmt.Errorf("bench throughput: %w", err)
+		}
+	}
 	w, h := p.Image.Width, p.Image.Height
 	shape := fmt.Sprintf("%d,%d", h, w)
 	msgs := make([]*nats.Msg, 0, n)
 	for clip := 0; len(msgs) < n; clip++ {
-		name := names[clip%len(names)]
-		photo, err := dataset.LoadGray(filepath.Join(dir, name))
-		if err != nil {
-			return nil, fmt.Errorf("bench throughput: %w", err)
-		}
-		frames := dataset.Pan(photo, w, h, min(clipFrames, n-len(msgs)), rand.NewPCG(uint64(clip), 0x70616e))
+		name := names[clip%len(photos)]
+		frames := dataset.Pan(photos[clip%len(photos)], w, h, min(clipFrames, n-len(msgs)), rand.NewPCG(uint64(clip), 0x70616e))
 		stream := fmt.Sprintf("pan-%d-%s", clip, name)
 		for t, f := range frames {
 			m := nats.NewMsg(p.Input.Subject)

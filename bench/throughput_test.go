@@ -159,7 +159,7 @@ func TestThroughputPhases(t *testing.T) {
 	if err := Throughput(context.Background(), io.Discard, []string{"-mnist", dir, "-frames", "-1"}); err == nil || !strings.Contains(err.Error(), "-frames") {
 		t.Errorf("-frames -1: %v, want it refused", err)
 	}
-	// Without photos the run stops before its first round.
+	// A folder without photos is refused.
 	if err := Throughput(context.Background(), io.Discard, []string{"-mnist", dir, "-photos", t.TempDir()}); err == nil || !strings.Contains(err.Error(), "no photos") {
 		t.Errorf("-photos of an empty directory: %v, want it refused", err)
 	}
