@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
+	"sync"
 
 	"gonum.org/v1/gonum/blas/blas64"
 	"gonum.org/v1/gonum/mat"
@@ -416,40 +418,103 @@ func (pb *wordPencil) Restrict(used []int, scale []float64) spectral.Operator {
 			next++
 		}
 	}
+	op.split()
 	return op
 }
 
 // wordOperator is Q of a wordPencil on the used words (Restrict): a
 // diagonal and the strict upper triangle in compressed sparse rows, row
 // i col[ptr[i]:ptr[i+1]], val[...], columns ascending and above i.
+//
+// Apply splits the rows into operatorParts ranges of about as many
+// entries each, lo[p] ≤ i < lo[p+1], run on up to GOMAXPROCS goroutines.
+// Range p writes the rows it gathers and the rows above them it scatters
+// to, lo[p] ≤ j < n, so each range but the first accumulates in a vector
+// of its own, added in range order once all are done: the sums, and so
+// the embeddings, are the same whatever the number of cores. On the
+// Brown corpus a product reads 8.5 MB of entries, more than the L2 cache
+// of a core and less than the L3: two cores make it about twice as fast.
 type wordOperator struct {
 	diag []float64
 	ptr  []int
 	col  []int32
 	val  []float64
+	lo   [operatorParts + 1]int
+	acc  [operatorParts - 1][]float64 // accumulators of ranges 1, 2, …
 }
+
+// operatorParts is the number of row ranges of a wordOperator product:
+// fixed, so that its rounding does not depend on the cores.
+const operatorParts = 4
 
 func (op *wordOperator) Size() int { return len(op.diag) }
 
-// Apply sets dst = Q x, each stored entry Q_ij (j > i) used for both
-// (Q x)_i += Q_ij x_j and (Q x)_j += Q_ij x_i.
-func (op *wordOperator) Apply(dst, x []float64) {
-	x = x[:len(op.diag)]
-	dst = dst[:len(op.diag)]
-	for i, d := range op.diag {
-		dst[i] = d * x[i]
+// split sets the row ranges to about nnz/operatorParts entries each and
+// makes their accumulators.
+func (op *wordOperator) split() {
+	n := len(op.diag)
+	nnz := op.ptr[n]
+	i := 0
+	for p := 1; p < operatorParts; p++ {
+		for i < n && op.ptr[i]*operatorParts < p*nnz {
+			i++
+		}
+		op.lo[p] = i
+		op.acc[p-1] = make([]float64, n)
 	}
-	for i, xi := range x {
-		lo, hi := op.ptr[i], op.ptr[i+1]
-		col, val := op.col[lo:hi], op.val[lo:hi]
+	op.lo[operatorParts] = n
+}
+
+// Apply sets dst = Q x, each stored entry Q_ij (j > i) used for both
+// (Q x)_i += Q_ij x_j and (Q x)_j += Q_ij x_i. It is not safe for
+// concurrent use: the ranges' accumulators are the operator's.
+func (op *wordOperator) Apply(dst, x []float64) {
+	n := len(op.diag)
+	x, dst = x[:n], dst[:n]
+	part := func(p int) {
+		acc := dst
+		if p > 0 {
+			acc = op.acc[p-1]
+		}
+		op.applyRows(acc, x, op.lo[p], op.lo[p+1])
+	}
+	workers := min(runtime.GOMAXPROCS(0), operatorParts)
+	var wg sync.WaitGroup
+	for w := 1; w < workers; w++ {
+		wg.Go(func() {
+			for p := w; p < operatorParts; p += workers {
+				part(p)
+			}
+		})
+	}
+	for p := 0; p < operatorParts; p += workers {
+		part(p)
+	}
+	wg.Wait()
+	for p := 1; p < operatorParts; p++ {
+		acc := op.acc[p-1]
+		for j := op.lo[p]; j < n; j++ {
+			dst[j] += acc[j]
+		}
+	}
+}
+
+// applyRows sets acc_j, lo ≤ j < n, to the part of (Q x)_j of rows lo..hi−1:
+// acc_i = Q_ii x_i + Σ_j Q_ij x_j for lo ≤ i < hi, plus Q_ij x_i for each
+// stored entry, which is all acc_j holds for j ≥ hi.
+func (op *wordOperator) applyRows(acc, x []float64, lo, hi int) {
+	clear(acc[lo:])
+	for i := lo; i < hi; i++ {
+		xi := x[i]
+		col, val := op.col[op.ptr[i]:op.ptr[i+1]], op.val[op.ptr[i]:op.ptr[i+1]]
 		val = val[:len(col)]
-		s := 0.0
+		s := op.diag[i] * xi
 		for k, j := range col {
 			v := val[k]
 			s += v * x[j]
-			dst[j] += v * xi
+			acc[j] += v * xi
 		}
-		dst[i] += s
+		acc[i] += s
 	}
 }
 

@@ -3,6 +3,7 @@ package sgd
 import (
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"testing"
 
@@ -191,12 +192,9 @@ func TestWordEmbedLanczosSubspace(t *testing.T) {
 	t.Logf("%d words, %d products, %d restarts, sin θ_max %.2g, gap %.3g", len(used), rl.Applies, rl.Restarts, sine, gap)
 }
 
-// BenchmarkWordOperatorApply measures the product with Q on an operator
-// of the shape of the Brown corpus's (8,471 words, 83 stored entries a
-// row on average, columns ascending above the diagonal).
-func BenchmarkWordOperatorApply(b *testing.B) {
-	const n, perRow = 8471, 83
-	rng := rand.New(rand.NewPCG(3, 4))
+// randomWordOperator returns an operator of n words with about perRow
+// stored entries a row on average, columns ascending above the diagonal.
+func randomWordOperator(rng *rand.Rand, n, perRow int) *wordOperator {
 	op := &wordOperator{diag: make([]float64, n), ptr: make([]int, n+1)}
 	for i := range n {
 		op.diag[i] = rng.Float64()
@@ -216,6 +214,58 @@ func BenchmarkWordOperatorApply(b *testing.B) {
 		}
 		op.ptr[i+1] = len(op.col)
 	}
+	op.split()
+	return op
+}
+
+// TestWordOperatorApply checks the split product against the symmetric
+// matrix's dense product, and that it gives the same bits on one core as
+// on several.
+func TestWordOperatorApply(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, n := range []int{1, 2, 3, 5, 40, 301} {
+		op := randomWordOperator(rng, n, 7)
+		x := make([]float64, n)
+		for i := range x {
+			x[i] = rng.NormFloat64()
+		}
+		want := make([]float64, n)
+		for i := range n {
+			want[i] += op.diag[i] * x[i]
+			for k := op.ptr[i]; k < op.ptr[i+1]; k++ {
+				j, v := int(op.col[k]), op.val[k]
+				want[i] += v * x[j]
+				want[j] += v * x[i]
+			}
+		}
+		var got [2][]float64
+		for c, procs := range []int{1, 2} {
+			was := runtime.GOMAXPROCS(procs)
+			got[c] = make([]float64, n)
+			for i := range got[c] {
+				got[c][i] = math.NaN() // overwritten, not read
+			}
+			op.Apply(got[c], x)
+			runtime.GOMAXPROCS(was)
+		}
+		for i := range n {
+			if math.Abs(got[0][i]-want[i]) > 1e-12*(1+math.Abs(want[i])) {
+				t.Fatalf("n = %d: (Qx)_%d = %v, want %v", n, i, got[0][i], want[i])
+			}
+			if math.Float64bits(got[0][i]) != math.Float64bits(got[1][i]) {
+				t.Fatalf("n = %d: (Qx)_%d = %v on one core, %v on two", n, i, got[0][i], got[1][i])
+			}
+		}
+	}
+}
+
+// BenchmarkWordOperatorApply measures the product with Q on an operator
+// of the shape of the Brown corpus's (8,471 words, 83 stored entries a
+// row on average, columns ascending above the diagonal).
+func BenchmarkWordOperatorApply(b *testing.B) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	op := randomWordOperator(rng, 8471, 83)
+	n := op.Size()
 	x, dst := make([]float64, n), make([]float64, n)
 	for i := range x {
 		x[i] = rng.NormFloat64()

@@ -1,0 +1,71 @@
+package gemm
+
+import (
+	"runtime"
+	"sync"
+
+	"gonum.org/v1/gonum/blas"
+)
+
+// parGemv is the number of elements of A that each goroutine of a split
+// Dgemv reads at least: 512 KiB, about 25 µs of one core streaming from
+// the L3 cache, so that starting a goroutine (a microsecond) costs a few
+// percent at most.
+const parGemv = 1 << 16
+
+// gemvRows and gemvCols are the multiples at which a split Dgemv cuts A:
+// gonum's kernels take the rows of A by fours (NoTrans) and its columns
+// by up to eight (Trans), so cutting at these multiples leaves every
+// element of y computed by the same operations in the same order as
+// without the split.
+const (
+	gemvRows = 4
+	gemvCols = 8
+)
+
+// Dgemv computes
+//
+//	y = α·A·x + β·y   if tA == blas.NoTrans,
+//	y = α·Aᵀ·x + β·y  otherwise,
+//
+// with A m×n row-major, as gonum's Dgemv does and to the same bits: a
+// product that reads at least 2·parGemv elements of A, with unit
+// increments, is split over up to GOMAXPROCS goroutines by blocks of y
+// (rows of A for NoTrans, columns for Trans), each computed by gonum's
+// Dgemv. The products of a Lanczos basis with a vector, memory-bound
+// reads of megabytes, run at the cache bandwidth of all cores this way.
+// Arguments gonum rejects go to gonum's Dgemv, which panics with its
+// messages.
+func (impl Implementation) Dgemv(tA blas.Transpose, m, n int, alpha float64, a []float64, lda int, x []float64, incX int, beta float64, y []float64, incY int) {
+	dgemv(impl, runtime.GOMAXPROCS(0), tA, m, n, alpha, a, lda, x, incX, beta, y, incY)
+}
+
+// dgemv is Dgemv on at most procs goroutines.
+func dgemv(impl Implementation, procs int, tA blas.Transpose, m, n int, alpha float64, a []float64, lda int, x []float64, incX int, beta float64, y []float64, incY int) {
+	lenX, lenY, unit := n, m, gemvRows
+	if tA != blas.NoTrans {
+		lenX, lenY, unit = m, n, gemvCols
+	}
+	workers := min(procs, m*n/parGemv)
+	step := roundUp((lenY+workers-1)/max(workers, 1), unit)
+	if workers < 2 || step >= lenY || incX != 1 || incY != 1 || alpha == 0 ||
+		(tA != blas.NoTrans && tA != blas.Trans && tA != blas.ConjTrans) ||
+		lda < max(1, n) || len(a) < lda*(m-1)+n || len(x) < lenX || len(y) < lenY {
+		impl.Implementation.Dgemv(tA, m, n, alpha, a, lda, x, incX, beta, y, incY)
+		return
+	}
+	block := func(lo int) {
+		hi := min(lenY, lo+step)
+		if tA == blas.NoTrans {
+			impl.Implementation.Dgemv(tA, hi-lo, n, alpha, a[lo*lda:], lda, x, 1, beta, y[lo:hi], 1)
+		} else {
+			impl.Implementation.Dgemv(tA, m, hi-lo, alpha, a[lo:], lda, x, 1, beta, y[lo:hi], 1)
+		}
+	}
+	var wg sync.WaitGroup
+	for lo := step; lo < lenY; lo += step {
+		wg.Go(func() { block(lo) })
+	}
+	block(0)
+	wg.Wait()
+}
