@@ -378,7 +378,7 @@ var _ spectral.Restrictor = (*wordPencil)(nil)
 // matrix-free operator, up to the order of the floating-point products,
 // on vectors of the used words only: on the Brown corpus 8,471 of 50,000
 // slots, so the Lanczos vectors stay in cache. Q is symmetric, and its
-// product, about 1,100 of which make a solve, is bound by the memory
+// product, about 1,500 of which make a solve, is bound by the memory
 // traffic of the entries (12 bytes each, the vectors being in cache):
 // storing each pair once, 706,579 entries instead of 1,413,158 on the
 // Brown corpus, makes it about twice as fast.
@@ -432,8 +432,10 @@ func (pb *wordPencil) Restrict(used []int, scale []float64) spectral.Operator {
 // to, lo[p] ≤ j < n, so each range but the first accumulates in a vector
 // of its own, added in range order once all are done: the sums, and so
 // the embeddings, are the same whatever the number of cores. On the
-// Brown corpus a product reads 8.5 MB of entries, more than the L2 cache
-// of a core and less than the L3: two cores make it about twice as fast.
+// Brown corpus a product reads 8.5 MB of entries, far more than the L2
+// cache of a core: on two Zen 2 cores BenchmarkWordOperatorApply, of the
+// corpus's shape, takes 0.60 ms against 1.14 on one, and the whole word
+// solve about 0.8 of its time on one (BENCHMARKS.md).
 type wordOperator struct {
 	diag []float64
 	ptr  []int
