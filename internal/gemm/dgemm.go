@@ -10,7 +10,8 @@ import (
 )
 
 // Implementation is gonum's BLAS with Dgemm, Dtrsm and Dsyrk replaced by
-// this package's; all other routines are gonum's.
+// this package's, and Dgemv split over the cores (dgemv.go); all other
+// routines are gonum's.
 type Implementation struct{ gonum.Implementation }
 
 var _ blas.Float64 = Implementation{}

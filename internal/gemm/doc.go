@@ -5,8 +5,9 @@
 // in Go assembly for amd64 (AVX-512, or AVX2 with FMA, chosen at run
 // time). Implementation is a gonum BLAS implementation whose Dgemm is this
 // product, whose Dtrsm (triangular solves) and Dsyrk (symmetric rank-k
-// updates) put almost all of their flops on it by recursive blocking, and
-// whose other routines are gonum's.
+// updates) put almost all of their flops on it by recursive blocking,
+// whose Dgemv is gonum's, split over the cores for large products (the
+// same bits), and whose other routines are gonum's.
 // Importing the package installs it,
 //
 //	blas64.Use(gemm.Implementation{})
