@@ -378,10 +378,11 @@ var _ spectral.Restrictor = (*wordPencil)(nil)
 // matrix-free operator, up to the order of the floating-point products,
 // on vectors of the used words only: on the Brown corpus 8,471 of 50,000
 // slots, so the Lanczos vectors stay in cache. Q is symmetric, and its
-// product, about 1,500 of which make a solve, is bound by the memory
-// traffic of the entries (12 bytes each, the vectors being in cache):
-// storing each pair once, 706,579 entries instead of 1,413,158 on the
-// Brown corpus, makes it about twice as fast.
+// product, about 1,500 of which make a solve, costs in proportion to
+// the stored entries (12 bytes each): storing each pair once, 706,579
+// entries instead of 1,413,158 on the Brown corpus, makes it about twice
+// as fast. Their bytes do not bound it: with float32 values (8 bytes an
+// entry) it was no faster (BENCHMARKS.md).
 func (pb *wordPencil) Restrict(used []int, scale []float64) spectral.Operator {
 	idx := make([]int32, len(pb.v))
 	for a := range idx {
@@ -431,11 +432,10 @@ func (pb *wordPencil) Restrict(used []int, scale []float64) spectral.Operator {
 // Range p writes the rows it gathers and the rows above them it scatters
 // to, lo[p] ≤ j < n, so each range but the first accumulates in a vector
 // of its own, added in range order once all are done: the sums, and so
-// the embeddings, are the same whatever the number of cores. On the
-// Brown corpus a product reads 8.5 MB of entries, far more than the L2
-// cache of a core: on two Zen 2 cores BenchmarkWordOperatorApply, of the
-// corpus's shape, takes 0.60 ms against 1.14 on one, and the whole word
-// solve about 0.8 of its time on one (BENCHMARKS.md).
+// the embeddings, are the same whatever the number of cores. On two Zen
+// 2 cores BenchmarkWordOperatorApply, of the Brown corpus's shape, takes
+// 0.60 ms against 1.14 on one, and the whole word solve about 0.8 of its
+// time on one (BENCHMARKS.md).
 type wordOperator struct {
 	diag []float64
 	ptr  []int

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"gonum.org/v1/gonum/blas"
+	"gonum.org/v1/gonum/blas/gonum"
 )
 
 // parGemv is the number of elements of A that each goroutine of a split
@@ -39,12 +40,12 @@ const (
 // 137 rows (9.3 MB) takes as long split as not.
 // Arguments gonum rejects go to gonum's Dgemv, which panics with its
 // messages.
-func (impl Implementation) Dgemv(tA blas.Transpose, m, n int, alpha float64, a []float64, lda int, x []float64, incX int, beta float64, y []float64, incY int) {
-	dgemv(impl, runtime.GOMAXPROCS(0), tA, m, n, alpha, a, lda, x, incX, beta, y, incY)
+func (Implementation) Dgemv(tA blas.Transpose, m, n int, alpha float64, a []float64, lda int, x []float64, incX int, beta float64, y []float64, incY int) {
+	dgemv(runtime.GOMAXPROCS(0), tA, m, n, alpha, a, lda, x, incX, beta, y, incY)
 }
 
 // dgemv is Dgemv on at most procs goroutines.
-func dgemv(impl Implementation, procs int, tA blas.Transpose, m, n int, alpha float64, a []float64, lda int, x []float64, incX int, beta float64, y []float64, incY int) {
+func dgemv(procs int, tA blas.Transpose, m, n int, alpha float64, a []float64, lda int, x []float64, incX int, beta float64, y []float64, incY int) {
 	lenX, lenY, unit := n, m, gemvRows
 	if tA != blas.NoTrans {
 		lenX, lenY, unit = m, n, gemvCols
@@ -54,15 +55,15 @@ func dgemv(impl Implementation, procs int, tA blas.Transpose, m, n int, alpha fl
 	if workers < 2 || step >= lenY || incX != 1 || incY != 1 || alpha == 0 ||
 		(tA != blas.NoTrans && tA != blas.Trans && tA != blas.ConjTrans) ||
 		lda < max(1, n) || len(a) < lda*(m-1)+n || len(x) < lenX || len(y) < lenY {
-		impl.Implementation.Dgemv(tA, m, n, alpha, a, lda, x, incX, beta, y, incY)
+		gonum.Implementation{}.Dgemv(tA, m, n, alpha, a, lda, x, incX, beta, y, incY)
 		return
 	}
 	block := func(lo int) {
 		hi := min(lenY, lo+step)
 		if tA == blas.NoTrans {
-			impl.Implementation.Dgemv(tA, hi-lo, n, alpha, a[lo*lda:], lda, x, 1, beta, y[lo:hi], 1)
+			gonum.Implementation{}.Dgemv(tA, hi-lo, n, alpha, a[lo*lda:], lda, x, 1, beta, y[lo:hi], 1)
 		} else {
-			impl.Implementation.Dgemv(tA, m, hi-lo, alpha, a[lo:], lda, x, 1, beta, y[lo:hi], 1)
+			gonum.Implementation{}.Dgemv(tA, m, hi-lo, alpha, a[lo:], lda, x, 1, beta, y[lo:hi], 1)
 		}
 	}
 	var wg sync.WaitGroup

@@ -40,7 +40,7 @@ func TestDgemvSplit(t *testing.T) {
 				gonum.Implementation{}.Dgemv(tA, m, n, -1.5, a, lda, x, 1, beta, want, 1)
 				for _, procs := range []int{1, 2, 3, 8} {
 					got := slices.Clone(y)
-					dgemv(Implementation{}, procs, tA, m, n, -1.5, a, lda, x, 1, beta, got, 1)
+					dgemv(procs, tA, m, n, -1.5, a, lda, x, 1, beta, got, 1)
 					for i := range got {
 						if math.Float64bits(got[i]) != math.Float64bits(want[i]) {
 							t.Fatalf("%d×%d %v β=%v on %d goroutines: y[%d] = %v, gonum %v", m, n, tA, beta, procs, i, got[i], want[i])
