@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -13,6 +14,7 @@ import (
 	"os"
 	"reflect"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -64,8 +66,14 @@ import (
 //     _fma_peak_fraction, the fused CPU-time rate (the wall-clock one
 //     where that is not available) × 2·K·36 flops over fma_peak_gflops
 //     (above 1 with the int8 prefilter of avx512-vnni, which scores most
-//     atoms in int8 and only a few in float32)
-//     (one core: the kernels are single-threaded).
+//     atoms in int8 and only a few in float32), for one core: these
+//     passes score on the calling goroutine alone;
+//   - with -cores above 1 (GOMAXPROCS by default), the same two passes
+//     with KMeans.SetCores(cores): kmeans_learn_kK_cores_patches_per_s
+//     and kmeans_assign_kK_cores_patches_per_s (wall clock), their
+//     _cores_fma_peak_fraction over cores × fma_peak_gflops, and
+//     kmeans_kK_cores_same_bits, whether they learned the one-core
+//     dictionary bit for bit and assigned every patch the same atom.
 //
 // For context, scikit-learn's MiniBatchKMeans (OpenBLAS, 2 cores) learns
 // 72,000 and assigns 181,000 patches/s at K = 4096 on the machines the
@@ -81,6 +89,7 @@ func KMeans(ctx context.Context, w io.Writer, args []string) error {
 	contextRange := fs.Int("context", 1, "range d of the contextual mean")
 	lambda := fs.Float64("lambda", 0.1, "whitening regulariser λ (pixels in [0, 1])")
 	minNorm := fs.Float64("min-norm", 0.1, "whitened patches with a smaller norm are blank")
+	cores := fs.Int("cores", runtime.GOMAXPROCS(0), "goroutines each KMeans call may score on in the _cores_ runs (KMeans.SetCores); 1: none")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the fused learning and assignment runs (not the sgemm references) to `file`")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -131,14 +140,7 @@ func KMeans(ctx context.Context, w io.Writer, args []string) error {
 
 	// The fused runs of every K come first, under the profile if asked,
 	// and then the float32 references, which take most of the time.
-	type fusedRun struct {
-		k                                  int
-		learn, learnCPU, assign, assignCPU float64
-		distortion                         float64
-		cpuOK                              bool
-		atoms                              mat.Matrix
-	}
-	var runs []fusedRun
+	var runs, wide []fusedRun
 	stopProfile, err := StartCPUProfile(*cpuprofile)
 	if err != nil {
 		return err
@@ -146,43 +148,18 @@ func KMeans(ctx context.Context, w io.Writer, args []string) error {
 	stopProfile = sync.OnceFunc(stopProfile)
 	defer stopProfile()
 	for _, k := range sizes {
-		km := online.NewKMeans(online.KMeansSettings{K: k, Dim: dim}, rand.NewPCG(*seed, *seed))
-		watch := startStopwatch()
-		for i := 0; i < n; i += *batch {
-			if err := ctx.Err(); err != nil {
-				watch.stop()
-				return err
-			}
-			km.Learn(x.Slice(i, min(i+*batch, n), 0, dim), nil)
-		}
-		r := fusedRun{k: k, atoms: km.Atoms()}
-		wall, cpu, cpuOK := watch.stop()
-		r.learn = float64(n) / wall.Seconds()
-		r.learnCPU = float64(n) / cpu.Seconds()
-
-		code := make([]int, *batch)
-		cos := make([]float64, *batch)
-		var sum float64
-		watch = startStopwatch()
-		for i := 0; i < n; i += *batch {
-			if err := ctx.Err(); err != nil {
-				watch.stop()
-				return err
-			}
-			m := min(*batch, n-i)
-			km.Assign(code[:m], cos[:m], x.Slice(i, i+m, 0, dim))
-			for _, c := range cos[:m] {
-				sum += 1 - c
-			}
-		}
-		wall, cpu, _ = watch.stop()
-		r.assign = float64(n) / wall.Seconds()
-		r.assignCPU = float64(n) / cpu.Seconds()
-		r.distortion = sum / float64(n)
-		if r.cpuOK = cpuOK; !cpuOK {
-			r.learnCPU, r.assignCPU = r.learn, r.assign
+		r, err := timeFused(ctx, x, k, *batch, *seed, 1)
+		if err != nil {
+			return err
 		}
 		runs = append(runs, r)
+		if *cores > 1 {
+			r, err := timeFused(ctx, x, k, *batch, *seed, *cores)
+			if err != nil {
+				return err
+			}
+			wide = append(wide, r)
+		}
 	}
 	stopProfile()
 
@@ -196,7 +173,7 @@ func KMeans(ctx context.Context, w io.Writer, args []string) error {
 		fmt.Fprintf(w, "kmeans_k%d_distortion: %.4f\n", k, r.distortion)
 
 		flops := 2 * float64(k) * float64(dim) / 1e9
-		ref, err := sgemmReference(ctx, x32, n, dim, k, *batch, r.atoms)
+		ref, err := sgemmReference(ctx, x32, n, dim, k, *batch, r.atoms.Atoms())
 		if err != nil {
 			return err
 		}
@@ -213,7 +190,80 @@ func KMeans(ctx context.Context, w io.Writer, args []string) error {
 		fmt.Fprintf(w, "kmeans_assign_k%d_sgemm_patches_per_s: %.0f\n", k, ref.assign)
 		fmt.Fprintf(w, "kmeans_assign_k%d_fma_peak_fraction: %.2f\n", k, r.assignCPU*flops/peak)
 	}
+	for i, r := range wide {
+		k, c := r.k, r.cores
+		flops := 2 * float64(k) * float64(dim) / 1e9
+		fmt.Fprintf(w, "kmeans_learn_k%d_cores_patches_per_s: %.0f\n", k, r.learn)
+		fmt.Fprintf(w, "kmeans_learn_k%d_cores_fma_peak_fraction: %.2f\n", k, r.learn*flops/(peak*float64(c)))
+		fmt.Fprintf(w, "kmeans_assign_k%d_cores_patches_per_s: %.0f\n", k, r.assign)
+		fmt.Fprintf(w, "kmeans_assign_k%d_cores_fma_peak_fraction: %.2f\n", k, r.assign*flops/(peak*float64(c)))
+		fmt.Fprintf(w, "kmeans_k%d_cores_same_bits: %t\n", k, r.same(runs[i]))
+	}
 	return nil
+}
+
+// fusedRun holds the rates of one dictionary size with the fused kernels.
+type fusedRun struct {
+	k, cores                           int
+	learn, learnCPU, assign, assignCPU float64
+	distortion                         float64
+	cpuOK                              bool
+	atoms                              *online.KMeans
+	codes                              []int
+}
+
+// same reports whether r learned the dictionary of o, bit for bit, and
+// assigned every patch the same atom.
+func (r fusedRun) same(o fusedRun) bool {
+	a, errA := r.atoms.MarshalBinary()
+	b, errB := o.atoms.MarshalBinary()
+	return errA == nil && errB == nil && bytes.Equal(a, b) && slices.Equal(r.codes, o.codes)
+}
+
+// timeFused times one learning pass of a KMeans of k atoms over the rows
+// of x in minibatches of batch rows, then one assignment pass with the
+// dictionary learned, each scoring on up to cores goroutines
+// (KMeans.SetCores). The CPU-time rates are those of the calling
+// thread, meaningful with one core only.
+func timeFused(ctx context.Context, x *mat.Dense, k, batch int, seed uint64, cores int) (fusedRun, error) {
+	n, dim := x.Dims()
+	km := online.NewKMeans(online.KMeansSettings{K: k, Dim: dim}, rand.NewPCG(seed, seed))
+	km.SetCores(cores)
+	watch := startStopwatch()
+	for i := 0; i < n; i += batch {
+		if err := ctx.Err(); err != nil {
+			watch.stop()
+			return fusedRun{}, err
+		}
+		km.Learn(x.Slice(i, min(i+batch, n), 0, dim), nil)
+	}
+	r := fusedRun{k: k, cores: cores, atoms: km, codes: make([]int, n)}
+	wall, cpu, cpuOK := watch.stop()
+	r.learn = float64(n) / wall.Seconds()
+	r.learnCPU = float64(n) / cpu.Seconds()
+
+	cos := make([]float64, batch)
+	var sum float64
+	watch = startStopwatch()
+	for i := 0; i < n; i += batch {
+		if err := ctx.Err(); err != nil {
+			watch.stop()
+			return fusedRun{}, err
+		}
+		m := min(batch, n-i)
+		km.Assign(r.codes[i:i+m], cos[:m], x.Slice(i, i+m, 0, dim))
+		for _, c := range cos[:m] {
+			sum += 1 - c
+		}
+	}
+	wall, cpu, _ = watch.stop()
+	r.assign = float64(n) / wall.Seconds()
+	r.assignCPU = float64(n) / cpu.Seconds()
+	r.distortion = sum / float64(n)
+	if r.cpuOK = cpuOK; !cpuOK {
+		r.learnCPU, r.assignCPU = r.learn, r.assign
+	}
+	return r, nil
 }
 
 // sgemmRates are the rates of the float32 reference, in patches/s.

@@ -2,6 +2,7 @@ package online
 
 import (
 	"math"
+	"sync"
 )
 
 // The fused scoring kernels compute, for a block of unit rows x_i and the
@@ -141,7 +142,14 @@ func (p *packedAtoms) reset(j int) {
 func packRows(dst []float32, x []float64, m, dim, r int) ([]float32, int) {
 	blocks := (m + r - 1) / r
 	dst = grow(dst, blocks*r*dim)
-	for b := 0; b < blocks; b++ {
+	packBlocks(dst, x, m, dim, r, 0, blocks)
+	return dst, blocks
+}
+
+// packBlocks is packRows for the blocks b0…b1−1 only, into dst of the
+// length packRows gives it.
+func packBlocks(dst []float32, x []float64, m, dim, r, b0, b1 int) {
+	for b := b0; b < b1; b++ {
 		blk := dst[b*r*dim : (b+1)*r*dim]
 		for i := 0; i < r; i++ {
 			row := b*r + i
@@ -156,7 +164,6 @@ func packRows(dst []float32, x []float64, m, dim, r int) ([]float32, int) {
 			}
 		}
 	}
-	return dst, blocks
 }
 
 // fusedScratch is the workspace of the fused kernels.
@@ -183,8 +190,10 @@ const argmaxChunk = 1 << 22
 
 // argmaxFused sets s.best and s.cos for the m compacted rows of s.x,
 // scored against the first seeded atoms of pack by kernel kn: the first
-// atom of largest cosine and that cosine, or −1 and 0 with no atom.
-func (s *scratch) argmaxFused(kn *kernel, pack *packedAtoms, seeded, m int) {
+// atom of largest cosine and that cosine, or −1 and 0 with no atom. The
+// rows are cut into up to cores ranges scored at once (inParts);
+// each row's result is computed by the same kernel calls either way.
+func (s *scratch) argmaxFused(kn *kernel, pack *packedAtoms, seeded, m, cores int) {
 	s.best = grow(s.best, m)
 	s.cos = grow(s.cos, m)
 	if m == 0 {
@@ -198,43 +207,89 @@ func (s *scratch) argmaxFused(kn *kernel, pack *packedAtoms, seeded, m int) {
 	}
 	f := &s.fused
 	dim := pack.dim
-	var blocks int
-	f.x, blocks = packRows(f.x, s.x, m, dim, kn.rows)
 	if kn.pre != nil && pack.quant != nil && panelsFor(seeded) >= prefilterPanels {
+		f.x, _ = packRows(f.x, s.x, m, dim, kn.rows)
 		s.argmaxPrefiltered(kn, pack, seeded, m)
 		return
 	}
+	blocks := (m + kn.rows - 1) / kn.rows
+	f.x = grow(f.x, blocks*kn.rows*dim) // each part packs its blocks
 	n := blocks * kn.rows * panelWidth
 	f.max = grow(f.max, n)
 	f.idx = grow(f.idx, n)
-	inf := float32(math.Inf(-1))
-	for i := range f.max {
-		f.max[i] = inf
-	}
-	clear(f.idx)
-	panels := panelsFor(seeded)
-	step := max(1, argmaxChunk/(kn.rows*panels*panelWidth*dim)) // blocks per call
-	for b0 := 0; b0 < blocks; b0 += step {
-		b1 := min(blocks, b0+step)
-		x0, o0 := b0*kn.rows*dim, b0*kn.rows*panelWidth
-		kn.argmax(f.x[x0:], b1-b0, dim, pack.data, panels, f.max[o0:], f.idx[o0:])
-	}
 	if kn.reduce != nil {
 		f.best = grow(f.best, m)
 		f.cos = grow(f.cos, m)
-		kn.reduce(f.max, f.idx, m, f.best, f.cos)
-		for c, v := range f.cos[:m] {
+	}
+	panels := panelsFor(seeded)
+	parts := partsFor(blocks, kn.rows*panels*panelWidth*dim, cores)
+	if parts == 1 { // no closure: one goroutine allocates nothing
+		s.argmaxBlocks(kn, pack, panels, m, 0, blocks)
+		return
+	}
+	inParts(blocks, parts, func(_, b0, b1 int) { s.argmaxBlocks(kn, pack, panels, m, b0, b1) })
+}
+
+// argmaxBlocks is argmaxFused for the blocks b0…b1−1 of the rows, which
+// it packs into s.fused.x, against panels panels.
+func (s *scratch) argmaxBlocks(kn *kernel, pack *packedAtoms, panels, m, b0, b1 int) {
+	f := &s.fused
+	dim := pack.dim
+	packBlocks(f.x, s.x, m, dim, kn.rows, b0, b1)
+	o0, o1 := b0*kn.rows*panelWidth, b1*kn.rows*panelWidth
+	inf := float32(math.Inf(-1))
+	for i := range f.max[o0:o1] {
+		f.max[o0+i] = inf
+	}
+	clear(f.idx[o0:o1])
+	step := max(1, argmaxChunk/(kn.rows*panels*panelWidth*dim)) // blocks per kernel call
+	for c0 := b0; c0 < b1; c0 += step {
+		c1 := min(b1, c0+step)
+		x0, q0 := c0*kn.rows*dim, c0*kn.rows*panelWidth
+		kn.argmax(f.x[x0:], c1-c0, dim, pack.data, panels, f.max[q0:], f.idx[q0:])
+	}
+	r0, r1 := b0*kn.rows, min(m, b1*kn.rows)
+	if kn.reduce != nil {
+		kn.reduce(f.max[o0:], f.idx[o0:], r1-r0, f.best[r0:], f.cos[r0:])
+		for c, v := range f.cos[r0:r1] {
 			if math.IsInf(float64(v), -1) {
-				s.best[c], s.cos[c] = -1, 0
+				s.best[r0+c], s.cos[r0+c] = -1, 0
 			} else {
-				s.best[c], s.cos[c] = int(f.best[c]), float64(v)
+				s.best[r0+c], s.cos[r0+c] = int(f.best[r0+c]), float64(v)
 			}
 		}
 		return
 	}
-	for c := 0; c < m; c++ {
+	for c := r0; c < r1; c++ {
 		s.best[c], s.cos[c] = firstMax(f.max[c*panelWidth:(c+1)*panelWidth], f.idx[c*panelWidth:(c+1)*panelWidth])
 	}
+}
+
+// partWork is the fewest multiply-adds (rows × atoms × Dim) worth a
+// goroutine of their own: about 50 µs of a core, against the
+// microseconds it takes to start one and wait for it.
+const partWork = 1 << 21
+
+// partsFor returns how many parts inParts should cut blocks blocks of
+// work multiply-adds each into: at most cores, and none of fewer than
+// partWork multiply-adds.
+func partsFor(blocks, work, cores int) int {
+	return max(1, min(cores, blocks, blocks*work/partWork))
+}
+
+// inParts runs score(part, b0, b1) over the blocks 0…blocks−1 cut into
+// parts contiguous ranges, numbered from 0 in block order, each on a
+// goroutine of its own but the first, which runs on the caller. It
+// returns when all are done. Its callers score one part themselves
+// rather than build a closure for it: a closure that reaches a goroutine
+// is allocated.
+func inParts(blocks, parts int, score func(part, b0, b1 int)) {
+	var wg sync.WaitGroup
+	for p := 1; p < parts; p++ {
+		wg.Go(func() { score(p, p*blocks/parts, (p+1)*blocks/parts) })
+	}
+	score(0, 0, blocks/parts)
+	wg.Wait()
 }
 
 // firstMax reduces the per-lane maxima of one row to the first atom of
@@ -291,46 +346,89 @@ func (s *scratch) scoresFused(kn *kernel, pack *packedAtoms, m, n int, dst []flo
 // whose output must have room for every atom of every row.
 const aboveChunk = 1 << 17
 
+// codesPart is the workspace of one part of codesFused: its rows'
+// hits, one row after the other.
+type codesPart struct {
+	fused fusedScratch
+	ends  []int // end of each row's hits in index and cos
+	index []int32
+	cos   []float32
+}
+
 // codesFused appends to dst the f_gq codes of the m compacted rows of s.x
 // (the original rows are s.rows; r rows in all), scored against the first
-// seeded atoms of pack by kernel kn.
-func (s *scratch) codesFused(dst *SparseCodes, kn *kernel, pack *packedAtoms, seeded, m, r int, t float64) {
+// seeded atoms of pack by kernel kn, in up to cores parts at once
+// (inParts) that are then appended in order.
+func (s *scratch) codesFused(dst *SparseCodes, kn *kernel, pack *packedAtoms, seeded, m, r int, t float64, cores int) {
 	dst.Ptr = grow(dst.Ptr, r+1)
 	dst.Index, dst.Cos = dst.Index[:0], dst.Cos[:0]
 	next := 0 // next row of x whose Ptr is unset
-	if seeded > 0 {
-		f := &s.fused
+	if seeded > 0 && m > 0 {
 		dim := pack.dim
 		panels := panelsFor(seeded)
-		capacity := panels*panelWidth + panelWidth/2
-		chunk := max(kn.rows, aboveChunk/capacity/kn.rows*kn.rows)
+		blocks := (m + kn.rows - 1) / kn.rows
+		parts := partsFor(blocks, kn.rows*panels*panelWidth*dim, cores)
+		if len(s.codes) < parts {
+			s.codes = append(s.codes, make([]codesPart, parts-len(s.codes))...)
+		}
 		t32 := threshold32(t)
-		for c0 := 0; c0 < m; c0 += chunk {
-			n := min(chunk, m-c0)
-			var blocks int
-			f.x, blocks = packRows(f.x, s.x[c0*dim:], n, dim, kn.rows)
-			rows := blocks * kn.rows
-			f.pos = grow(f.pos, rows)
-			f.cos = grow(f.cos, rows*capacity)
-			f.idx = grow(f.idx, rows*capacity)
-			for i := range f.pos {
-				f.pos[i] = int64(i * capacity)
-			}
-			kn.above(f.x, blocks, dim, pack.data, panels, t32, f.pos, f.cos, f.idx)
-			for i := 0; i < n; i++ {
-				for ; next <= s.rows[c0+i]; next++ {
+		if parts == 1 { // no closure: one goroutine allocates nothing
+			s.codes[0].above(kn, pack, s.x[:m*dim], panels, t32)
+		} else {
+			inParts(blocks, parts, func(p, b0, b1 int) {
+				c0, c1 := b0*kn.rows, min(m, b1*kn.rows)
+				s.codes[p].above(kn, pack, s.x[c0*dim:c1*dim], panels, t32)
+			})
+		}
+		c := 0 // compacted row
+		for _, o := range s.codes[:parts] {
+			start := 0
+			for _, end := range o.ends {
+				for ; next <= s.rows[c]; next++ {
 					dst.Ptr[next] = len(dst.Index)
 				}
-				start := i * capacity
-				for q := start; q < int(f.pos[i]); q++ {
-					dst.Index = append(dst.Index, int(f.idx[q]))
-					dst.Cos = append(dst.Cos, float64(f.cos[q]))
+				for q := start; q < end; q++ {
+					dst.Index = append(dst.Index, int(o.index[q]))
+					dst.Cos = append(dst.Cos, float64(o.cos[q]))
 				}
+				start = end
+				c++
 			}
 		}
 	}
 	for ; next <= r; next++ {
 		dst.Ptr[next] = len(dst.Index)
+	}
+}
+
+// above sets o's hits to the atoms of the first panels panels of pack
+// with score ≥ t for each unit row of x (row-major, pack.dim columns),
+// scored by kernel kn.
+func (o *codesPart) above(kn *kernel, pack *packedAtoms, x []float64, panels int, t float32) {
+	f := &o.fused
+	dim := pack.dim
+	m := len(x) / dim
+	capacity := panels*panelWidth + panelWidth/2
+	chunk := max(kn.rows, aboveChunk/capacity/kn.rows*kn.rows)
+	o.ends, o.index, o.cos = o.ends[:0], o.index[:0], o.cos[:0]
+	for c0 := 0; c0 < m; c0 += chunk {
+		n := min(chunk, m-c0)
+		var blocks int
+		f.x, blocks = packRows(f.x, x[c0*dim:], n, dim, kn.rows)
+		rows := blocks * kn.rows
+		f.pos = grow(f.pos, rows)
+		f.cos = grow(f.cos, rows*capacity)
+		f.idx = grow(f.idx, rows*capacity)
+		for i := range f.pos {
+			f.pos[i] = int64(i * capacity)
+		}
+		kn.above(f.x, blocks, dim, pack.data, panels, t, f.pos, f.cos, f.idx)
+		for i := 0; i < n; i++ {
+			start, end := i*capacity, int(f.pos[i])
+			o.index = append(o.index, f.idx[start:end]...)
+			o.cos = append(o.cos, f.cos[start:end]...)
+			o.ends = append(o.ends, len(o.index))
+		}
 	}
 }
 

@@ -65,7 +65,7 @@ func checkArgmaxKernel(t *testing.T, kn *kernel, c *scoreCase, seeded int) {
 	t.Helper()
 	var s scratch
 	s.x = c.x
-	s.argmaxFused(kn, &c.pack, seeded, c.m)
+	s.argmaxFused(kn, &c.pack, seeded, c.m, 1)
 	tol := scoreTol(c.dim)
 	for i := 0; i < c.m; i++ {
 		if seeded == 0 {
@@ -107,7 +107,7 @@ func checkAboveKernel(t *testing.T, kn *kernel, c *scoreCase, seeded int, thr fl
 		s.rows[i] = i
 	}
 	var codes SparseCodes
-	s.codesFused(&codes, kn, &c.pack, seeded, c.m, c.m, thr)
+	s.codesFused(&codes, kn, &c.pack, seeded, c.m, c.m, thr, 1)
 	tol := scoreTol(c.dim)
 	for i := 0; i < c.m; i++ {
 		atoms, cos := codes.Row(i)
@@ -177,9 +177,9 @@ func BenchmarkScore(b *testing.B) {
 					var codes SparseCodes
 					run := func() {
 						if op == "argmax" {
-							s.argmaxFused(kn, &c.pack, k, m)
+							s.argmaxFused(kn, &c.pack, k, m, 1)
 						} else {
-							s.codesFused(&codes, kn, &c.pack, k, m, m, 0.5)
+							s.codesFused(&codes, kn, &c.pack, k, m, m, 0.5, 1)
 						}
 					}
 					run() // grow the workspaces
@@ -254,11 +254,11 @@ func TestFusedKernelsAgree(t *testing.T) {
 	c := newScoreCase(rng, 301, 517, 37)
 	var ref scratch
 	ref.x = c.x
-	ref.argmaxFused(ks[0], &c.pack, c.k, c.m)
+	ref.argmaxFused(ks[0], &c.pack, c.k, c.m, 1)
 	for _, kn := range ks[1 : len(ks)-1] {
 		var s scratch
 		s.x = c.x
-		s.argmaxFused(kn, &c.pack, c.k, c.m)
+		s.argmaxFused(kn, &c.pack, c.k, c.m, 1)
 		if !slices.Equal(s.best, ref.best) || !slices.Equal(s.cos, ref.cos) {
 			t.Errorf("%s and %s give different codes", kn.name, ks[0].name)
 		}
@@ -314,14 +314,14 @@ func TestFusedKernelsTies(t *testing.T) {
 	for _, kn := range kernels() {
 		var s scratch
 		s.x = c.x
-		s.argmaxFused(kn, &same, 70, c.m)
+		s.argmaxFused(kn, &same, 70, c.m, 1)
 		for i, j := range s.best[:c.m] {
 			if j != 0 {
 				t.Errorf("%s: row %d: atom %d among 70 equal atoms, want 0", kn.name, i, j)
 			}
 		}
 		s.x = slices.Repeat(c.atoms.RawRowView(77), 9)
-		s.argmaxFused(kn, &c.pack, 200, 9)
+		s.argmaxFused(kn, &c.pack, 200, 9, 1)
 		for i, j := range s.best[:9] {
 			if j != 40 {
 				t.Errorf("%s: row %d: atom %d, want 40, the first of the copies 40, 77, 150, 199", kn.name, i, j)

@@ -155,6 +155,8 @@ type KMeans struct {
 	samples int64 // non-blank rows learned
 	reseeds int64 // atoms re-seeded
 
+	cores int // goroutines one call may score on (SetCores)
+
 	work scratch     // Learn's workspace
 	sums []float64   // K×Dim per-atom sums of assigned rows
 	hits []float64   // h_j
@@ -191,6 +193,16 @@ func NewKMeans(s KMeansSettings, src rand.Source) *KMeans {
 
 // Settings returns the current settings.
 func (k *KMeans) Settings() KMeansSettings { return k.s }
+
+// SetCores lets each later call of Learn, LearnAssign, Contribute, Assign
+// and CodesGQ score its rows on up to n goroutines at once (n ≤ 1: on the
+// caller's alone, as a new KMeans does), in contiguous ranges of rows of
+// at least partWork multiply-adds each. Every row is scored by the same
+// kernel calls either way, so the codes and the learning step are bit for
+// bit those of one goroutine. The int8 prefilter of AVX-512 VNNI machines
+// (K ≥ 2048) scores on the caller's goroutine only. A Clone scores on one
+// goroutine until its own SetCores.
+func (k *KMeans) SetCores(n int) { k.cores = n }
 
 // SetSettings replaces the rates (LearningRate, Decay, Memory,
 // ReseedAfter) for live tuning. It refuses other K or Dim.
@@ -304,7 +316,7 @@ func (k *KMeans) learn(m int) {
 	if k.seeded < k.s.K {
 		k.seed(m, cur)
 	}
-	w.argmaxFused(fused, &k.packed, k.seeded, m)
+	w.argmaxFused(fused, &k.packed, k.seeded, m, k.cores)
 	if k.seeded == k.s.K {
 		k.update(m, cur)
 		k.reseed(m, cur)
@@ -357,7 +369,7 @@ func (k *KMeans) Contribute(dst *KMeansContribution, assign []int, cos []float64
 	m := w.compact(x, blank)
 	dst.reset()
 	dst.Rows = m
-	w.argmaxFused(fused, &k.packed, k.seeded, m)
+	w.argmaxFused(fused, &k.packed, k.seeded, m, k.cores)
 	w.spread(assign, cos, r, m)
 	if m == 0 {
 		return
@@ -555,7 +567,7 @@ func (k *KMeans) DeadWithin(batches int) int {
 func (k *KMeans) seed(m int, cur int64) {
 	w := &k.work
 	dim := k.s.Dim
-	w.argmaxFused(fused, &k.packed, k.seeded, m) // w.cos: nearest seeded atom, 0 if none
+	w.argmaxFused(fused, &k.packed, k.seeded, m, k.cores) // w.cos: nearest seeded atom, 0 if none
 	tol := fusedTol(dim)
 	add := func(c int) {
 		j := k.seeded
@@ -816,7 +828,7 @@ func (k *KMeans) Assign(dst []int, cos []float64, x mat.Matrix) {
 	w := k.pool.Get().(*scratch)
 	defer k.pool.Put(w)
 	m := w.compact(x, nil)
-	w.argmaxFused(fused, &k.packed, k.seeded, m)
+	w.argmaxFused(fused, &k.packed, k.seeded, m, k.cores)
 	w.spread(dst, cos, r, m)
 }
 
@@ -856,7 +868,7 @@ func (k *KMeans) CodesGQ(dst *SparseCodes, x mat.Matrix, t float64) {
 	defer k.pool.Put(w)
 	m := w.compact(x, nil)
 	dst.Rows, dst.Atoms = r, k.s.K
-	w.codesFused(dst, fused, &k.packed, k.seeded, m, r, t)
+	w.codesFused(dst, fused, &k.packed, k.seeded, m, r, t, k.cores)
 }
 
 // Clone returns a deep copy of the dictionary. The copy draws from the same

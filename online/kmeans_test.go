@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 
@@ -588,5 +589,61 @@ func TestKMeansAssignAllBlank(t *testing.T) {
 			t.Errorf("learned %v: blank rows have f_gq codes %v", learned, codes.Index)
 		}
 		km.Learn(blank, nil)
+	}
+}
+
+// TestKMeansCoresSameBits checks that a dictionary scoring on several
+// goroutines (SetCores) learns and codes exactly as one on a single
+// goroutine: whitened MNIST patches, K not a multiple of the panel width,
+// minibatches of an odd number of rows with blank ones.
+func TestKMeansCoresSameBits(t *testing.T) {
+	x, blank := mnistPatches(t, 40)
+	r, dim := x.Dims()
+	const k, batch = 300, 2001
+	if parts := partsFor(batch/fused.rows, fused.rows*panelsFor(k)*panelWidth*dim, 3); parts < 2 {
+		t.Fatalf("a minibatch is scored in %d part; the test needs several", parts)
+	}
+	var learners [3]*KMeans
+	for i := range learners {
+		learners[i], _ = newTestKMeans(KMeansSettings{K: k, Dim: dim}, 17)
+		learners[i].SetCores(i + 1)
+	}
+	var want []int
+	for i := 0; i+batch <= r; i += batch {
+		b := x.Slice(i, i+batch, 0, dim)
+		for c, km := range learners {
+			got := make([]int, batch)
+			km.LearnAssign(got, nil, b, blank[i:i+batch])
+			if c == 0 {
+				want = got
+			} else if !slices.Equal(got, want) {
+				t.Fatalf("rows %d…: the codes learned on %d goroutines differ from those on one", i, c+1)
+			}
+		}
+	}
+	one, _ := learners[0].MarshalBinary()
+	for c, km := range learners[1:] {
+		if got, _ := km.MarshalBinary(); !bytes.Equal(got, one) {
+			t.Errorf("the dictionary learned on %d goroutines differs from the one learned on one", c+2)
+		}
+	}
+	var wantCodes SparseCodes
+	wantAssign := make([]int, r)
+	learners[0].Assign(wantAssign, nil, x)
+	learners[0].CodesGQ(&wantCodes, x, 0.5)
+	for c, km := range learners[1:] {
+		got := make([]int, r)
+		km.Assign(got, nil, x)
+		if !slices.Equal(got, wantAssign) {
+			t.Errorf("Assign on %d goroutines differs from one", c+2)
+		}
+		var codes SparseCodes
+		km.CodesGQ(&codes, x, 0.5)
+		if !slices.Equal(codes.Ptr, wantCodes.Ptr) || !slices.Equal(codes.Index, wantCodes.Index) || !slices.Equal(codes.Cos, wantCodes.Cos) {
+			t.Errorf("CodesGQ on %d goroutines differs from one", c+2)
+		}
+	}
+	if len(wantCodes.Index) == 0 {
+		t.Error("no atom above the threshold: the f_gq comparison is empty")
 	}
 }

@@ -89,7 +89,7 @@ func checkPrefilter(t *testing.T, kn *kernel, c *scoreCase, seeded int) {
 	full.x = c.x
 	plain := *kn
 	plain.pre = nil
-	full.argmaxFused(&plain, &c.pack, seeded, c.m)
+	full.argmaxFused(&plain, &c.pack, seeded, c.m, 1)
 	if seeded == 0 || c.m == 0 {
 		return // argmaxFused answers before any kernel runs
 	}
@@ -145,7 +145,7 @@ func TestPrefilterTies(t *testing.T) {
 		checkPrefilter(t, kn, c, c.k)
 		var s scratch
 		s.x = c.x
-		s.argmaxFused(kn, &c.pack, c.k, c.m)
+		s.argmaxFused(kn, &c.pack, c.k, c.m, 1)
 		for i := 19; i < c.m; i++ {
 			if s.best[i] != 40 {
 				t.Errorf("%s: row %d: atom %d, want 40, the first of the copies 40, 150, 777, 999, 4199", kn.name, i, s.best[i])
@@ -189,11 +189,11 @@ func BenchmarkArgmaxMNIST(b *testing.B) {
 		b.Run(kn.name, func(b *testing.B) {
 			var s scratch
 			s.x = rows[:m*dim]
-			s.argmaxFused(kn, &km.packed, km.seeded, m) // grow the workspaces
+			s.argmaxFused(kn, &km.packed, km.seeded, m, 1) // grow the workspaces
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
-				s.argmaxFused(kn, &km.packed, km.seeded, m)
+				s.argmaxFused(kn, &km.packed, km.seeded, m, 1)
 				i++
 			}
 			rate := float64(i*m) / b.Elapsed().Seconds()
@@ -223,7 +223,7 @@ func TestPrefilterKeepsFewCandidates(t *testing.T) {
 	}
 	var s scratch
 	s.x = rows[:m*36]
-	s.argmaxFused(fused, &km.packed, k, m)
+	s.argmaxFused(fused, &km.packed, k, m, 1)
 	w := &s.fused.pre
 	if w.blocks != m/8 || w.fallbacks != 0 {
 		t.Fatalf("%d blocks, %d scored by the plain kernel; want %d, 0", w.blocks, w.fallbacks, m/8)

@@ -41,6 +41,7 @@ type scratch struct {
 	candRow []int       // the compacted row of each candidate
 
 	fused fusedScratch
+	codes []codesPart // the parts of codesFused
 }
 
 func grow[T any](s []T, n int) []T {
