@@ -277,6 +277,17 @@ type Service struct {
 	// environment variable, which the daemon then leaves as it is.
 	// Ignored (logged) on other systems than Linux. Default 10.
 	LearnNice int `yaml:"learn_nice"`
+	// LearnCores is how many cores a pipeline's learning step may score
+	// its patches on (k-means learning and the codes: online.KMeans.
+	// SetCores) while the daemon serves no queries; a batch begun while
+	// the daemon has received a query within the last second scores on
+	// one, so that the queries find the other cores free. The codes and
+	// the model are the same bit for bit on any number. 0 means
+	// GOMAXPROCS as the daemon started; 1 keeps every learner on one
+	// core, for a machine whose other cores belong to other work. On a
+	// 2-core machine 0 learns K = 4096 k-means 1.7 to 1.9 times as fast as
+	// 1 (`smtd bench kmeans`, BENCHMARKS.md). Default 0.
+	LearnCores int `yaml:"learn_cores"`
 }
 
 // Checkpoint configures periodic checkpoints. Checkpoints are also written

@@ -14,6 +14,7 @@ import (
 // that waits longer than maxLearnYield for queries would stall.
 const (
 	maxQueryWorkers = 1024
+	maxLearnCores   = 1024
 	maxQueryQueue   = 1 << 20
 	maxLearnYield   = time.Second
 )
@@ -83,6 +84,7 @@ func (c *Config) validate(file string, present map[string]int) Errors {
 	v.check(validSubject(c.Service.Prefix, false), "service.prefix", "must be a subject without wildcards, got %q", c.Service.Prefix)
 	v.check(c.Service.QueryWorkers >= 0 && c.Service.QueryWorkers <= maxQueryWorkers, "service.query_workers", "must be in 0..%d (0: GOMAXPROCS), got %d", maxQueryWorkers, c.Service.QueryWorkers)
 	v.check(c.Service.QueryQueue >= 1 && c.Service.QueryQueue <= maxQueryQueue, "service.query_queue", "must be in 1..%d, got %d", maxQueryQueue, c.Service.QueryQueue)
+	v.check(c.Service.LearnCores >= 0 && c.Service.LearnCores <= maxLearnCores, "service.learn_cores", "must be in 0..%d (0: GOMAXPROCS), got %d", maxLearnCores, c.Service.LearnCores)
 	v.check(c.Service.LearnNice >= 0 && c.Service.LearnNice <= 19, "service.learn_nice", "must be in 0..19 (0: learners at the daemon's priority), got %d", c.Service.LearnNice)
 	v.check(c.Service.LearnYield >= 0 && c.Service.LearnYield <= maxLearnYield, "service.learn_yield", "must be in 0..%v, got %v", maxLearnYield, c.Service.LearnYield)
 	v.check(c.Checkpoint.EverySamples > 0, "checkpoint.every_samples", "must be > 0, got %d", c.Checkpoint.EverySamples)

@@ -80,6 +80,8 @@ type imageModel struct {
 
 func (m *imageModel) betweenStages(f func()) { m.between = f }
 
+func (m *imageModel) learnOn(cores int) { m.km.SetCores(cores) }
+
 // yield calls between, if set.
 func (m *imageModel) yield() {
 	if m.between != nil {

@@ -62,6 +62,14 @@ type stagedLearner interface {
 	betweenStages(f func())
 }
 
+// coresLearner is a model whose learning step can score on several
+// goroutines at once, with the same results as on one
+// (online.KMeans.SetCores). The pipeline sets the number before every
+// batch (Daemon.learnCores); snapshots and readers score on one.
+type coresLearner interface {
+	learnOn(cores int)
+}
+
 // Section is one named part of a model's serialised state.
 type Section struct {
 	Name string

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"math/rand/v2"
+	"runtime"
 
 	"github.com/nats-io/nats.go"
 
@@ -23,7 +24,11 @@ type OfflineLearner struct {
 // daemon seeds it (p.Seed). p must be valid (config.Config.Validate).
 func NewOfflineLearner(p config.Pipeline) *OfflineLearner {
 	src := rand.NewPCG(p.Seed, 0x736d7464) // as newPipeline
-	return &OfflineLearner{p: p, m: newModel(&p, src)}
+	m := newModel(&p, src)
+	if c, ok := m.(coresLearner); ok {
+		c.learnOn(runtime.GOMAXPROCS(0)) // as a daemon nobody queries
+	}
+	return &OfflineLearner{p: p, m: m}
 }
 
 // Learn decodes msgs, input messages as they arrive on the pipeline's

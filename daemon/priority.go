@@ -120,6 +120,21 @@ func (t *learnerThread) stop() {
 	}
 }
 
+// learnCores is how many cores the next learning step may score on
+// (online.KMeans.SetCores): one while the daemon serves queries (one
+// arrived within queriesRecently), so that they find the other cores
+// free, and service.learn_cores otherwise (0: startProcs, the cores the
+// daemon started with).
+func (d *Daemon) learnCores() int {
+	if d.queriedWithin(queriesRecently) {
+		return 1
+	}
+	if n := d.cfg.Service.LearnCores; n > 0 {
+		return n
+	}
+	return startProcs
+}
+
 // queriedWithin reports whether a query of any of d's pipelines arrived
 // within the last span (busy replies included).
 func (d *Daemon) queriedWithin(span time.Duration) bool {

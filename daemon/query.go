@@ -386,12 +386,16 @@ func (s *queryStats) status() QueryStatus {
 	return st
 }
 
-// giveWayToQueries makes the pipeline's model, if it learns in stages,
-// wait between the stages of the next batch while the pipeline's queries
-// wait for a worker, for at most service.learn_yield in all. It is set
-// before every batch, so that a model built anew (restored, reset) gives
-// way as well.
+// giveWayToQueries sets the cores the next batch may score on
+// (Daemon.learnCores: one while the daemon serves queries), and makes the
+// pipeline's model, if it learns in stages, wait between the stages of
+// the next batch while the pipeline's queries wait for a worker, for at
+// most service.learn_yield in all. Both are set before every batch, so
+// that a model built anew (restored, reset) gives way as well.
 func (pl *pipeline) giveWayToQueries() {
+	if m, ok := pl.model.(coresLearner); ok {
+		m.learnOn(pl.d.learnCores())
+	}
 	m, ok := pl.model.(stagedLearner)
 	if !ok {
 		return

@@ -590,3 +590,73 @@ func TestSnapshotsReuseUnreadMemory(t *testing.T) {
 		t.Error("the snapshot did not take the memory of a released one")
 	}
 }
+
+// TestLearnOnSeveralCores checks that an image model whose learning step
+// scores on several goroutines (learnOn) learns and publishes exactly
+// what one on a single goroutine does: the default pipeline on recorded
+// MNIST, with f_vq and with f_gq codes.
+func TestLearnOnSeveralCores(t *testing.T) {
+	msgs := readStream(t, "mnist-train-1000.smtdrec")[:192]
+	for _, code := range []string{config.CodeVQ, config.CodeGQ} {
+		t.Run(code, func(t *testing.T) {
+			p := config.DefaultPipeline(config.Image, "images")
+			p.KMeans.Code = code
+			one := newModel(&p, rand.NewPCG(p.Seed, 1))
+			three := newModel(&p, rand.NewPCG(p.Seed, 1))
+			three.(coresLearner).learnOn(3)
+			for b := 0; b < len(msgs); b += 32 {
+				var batch []sample
+				for _, r := range msgs[b : b+32] {
+					s, err := decode(&p, r.Header, r.Data)
+					if err != nil {
+						t.Fatal(err)
+					}
+					batch = append(batch, s)
+				}
+				want, werr := one.learn(batch)
+				got, gerr := three.learn(batch)
+				if (werr == nil) != (gerr == nil) {
+					t.Fatalf("batch %d: errors %v on one core, %v on three", b/32, werr, gerr)
+				}
+				for i := range want {
+					if !equalBits(got[i].vector, want[i].vector) {
+						t.Fatalf("batch %d output %d differs on three cores", b/32, i)
+					}
+				}
+			}
+			ws, err := one.sections()
+			if err != nil {
+				t.Fatal(err)
+			}
+			gs, err := three.sections()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range ws {
+				if ws[i].Name != gs[i].Name || !bytes.Equal(ws[i].Data, gs[i].Data) {
+					t.Errorf("section %q differs after learning on three cores", ws[i].Name)
+				}
+			}
+		})
+	}
+}
+
+// TestLearnCoresFollowQueries checks the balance Daemon.learnCores keeps:
+// one core while queries arrive, service.learn_cores (0: the cores the
+// daemon started with) otherwise.
+func TestLearnCoresFollowQueries(t *testing.T) {
+	pl := &pipeline{}
+	d := &Daemon{cfg: &config.Config{}, pipelines: []*pipeline{pl}}
+	if got := d.learnCores(); got != startProcs {
+		t.Errorf("no query yet: %d cores, want %d", got, startProcs)
+	}
+	pl.gate.last.Store(time.Now().UnixNano())
+	if got := d.learnCores(); got != 1 {
+		t.Errorf("just queried: %d cores, want 1", got)
+	}
+	pl.gate.last.Store(time.Now().Add(-2 * queriesRecently).UnixNano())
+	d.cfg.Service.LearnCores = 3
+	if got := d.learnCores(); got != 3 {
+		t.Errorf("queried %v ago, service.learn_cores 3: %d cores", 2*queriesRecently, got)
+	}
+}
