@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -375,7 +376,21 @@ func knnTop1(trainX *mat.Dense, train *dataset.Images, testX *mat.Dense, test *d
 		return 0, 0, err
 	}
 	pred := [][]int{make([]int, m), make([]int, m)}
-	if err := k.ClassifyVotes(pred, []online.KNNVote{online.VoteExp, online.VoteCosine}, testX); err != nil {
+	// The test rows are classified in one contiguous part per core at
+	// once: Classify only reads the KNN, and each row's neighbours are
+	// those it would have alone.
+	parts := min(runtime.GOMAXPROCS(0), m)
+	errs := make([]error, parts)
+	var wg sync.WaitGroup
+	for p := range parts {
+		q0, q1 := p*m/parts, (p+1)*m/parts
+		wg.Go(func() {
+			part := [][]int{pred[0][q0:q1], pred[1][q0:q1]}
+			errs[p] = k.ClassifyVotes(part, []online.KNNVote{online.VoteExp, online.VoteCosine}, testX.Slice(q0, q1, 0, c))
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
 		return 0, 0, err
 	}
 	return online.Top1(pred[0], testY), online.Top1(pred[1], testY), nil
