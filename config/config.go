@@ -285,8 +285,8 @@ type Service struct {
 	// the model are the same bit for bit on any number. 0 means
 	// GOMAXPROCS as the daemon started; 1 keeps every learner on one
 	// core, for a machine whose other cores belong to other work. On a
-	// 2-core machine 0 learns K = 4096 k-means 1.7 to 1.9 times as fast as
-	// 1 (`smtd bench kmeans`, BENCHMARKS.md). Default 0.
+	// 2-core machine 0 learns and assigns K = 4096 k-means 1.3 to 1.9
+	// times as fast as 1 (`smtd bench kmeans`, BENCHMARKS.md). Default 0.
 	LearnCores int `yaml:"learn_cores"`
 }
 
