@@ -173,7 +173,7 @@ func KMeans(ctx context.Context, w io.Writer, args []string) error {
 		fmt.Fprintf(w, "kmeans_k%d_distortion: %.4f\n", k, r.distortion)
 
 		flops := 2 * float64(k) * float64(dim) / 1e9
-		ref, err := sgemmReference(ctx, x32, n, dim, k, *batch, r.atoms.Atoms())
+		ref, err := sgemmReference(ctx, x32, n, dim, k, *batch, r.km.Atoms())
 		if err != nil {
 			return err
 		}
@@ -208,15 +208,15 @@ type fusedRun struct {
 	learn, learnCPU, assign, assignCPU float64
 	distortion                         float64
 	cpuOK                              bool
-	atoms                              *online.KMeans
-	codes                              []int
+	km                                 *online.KMeans // the dictionary learned
+	codes                              []int          // the atom assigned to each patch
 }
 
 // same reports whether r learned the dictionary of o, bit for bit, and
 // assigned every patch the same atom.
 func (r fusedRun) same(o fusedRun) bool {
-	a, errA := r.atoms.MarshalBinary()
-	b, errB := o.atoms.MarshalBinary()
+	a, errA := r.km.MarshalBinary()
+	b, errB := o.km.MarshalBinary()
 	return errA == nil && errB == nil && bytes.Equal(a, b) && slices.Equal(r.codes, o.codes)
 }
 
@@ -237,8 +237,8 @@ func timeFused(ctx context.Context, x *mat.Dense, k, batch int, seed uint64, cor
 		}
 		km.Learn(x.Slice(i, min(i+batch, n), 0, dim), nil)
 	}
-	r := fusedRun{k: k, cores: cores, atoms: km, codes: make([]int, n)}
 	wall, cpu, cpuOK := watch.stop()
+	r := fusedRun{k: k, cores: cores, km: km, codes: make([]int, n)}
 	r.learn = float64(n) / wall.Seconds()
 	r.learnCPU = float64(n) / cpu.Seconds()
 

@@ -135,6 +135,14 @@ func (d *Daemon) learnCores() int {
 	return startProcs
 }
 
+// setLearnCores sets the cores the next learning step of m scores on
+// (learnCores), if m can score on several.
+func (d *Daemon) setLearnCores(m model) {
+	if c, ok := m.(coresLearner); ok {
+		c.learnOn(d.learnCores())
+	}
+}
+
 // queriedWithin reports whether a query of any of d's pipelines arrived
 // within the last span (busy replies included).
 func (d *Daemon) queriedWithin(span time.Duration) bool {

@@ -393,9 +393,7 @@ func (s *queryStats) status() QueryStatus {
 // most service.learn_yield in all. Both are set before every batch, so
 // that a model built anew (restored, reset) gives way as well.
 func (pl *pipeline) giveWayToQueries() {
-	if m, ok := pl.model.(coresLearner); ok {
-		m.learnOn(pl.d.learnCores())
-	}
+	pl.d.setLearnCores(pl.model)
 	m, ok := pl.model.(stagedLearner)
 	if !ok {
 		return

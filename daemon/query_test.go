@@ -624,14 +624,7 @@ func TestLearnOnSeveralCores(t *testing.T) {
 					}
 				}
 			}
-			ws, err := one.sections()
-			if err != nil {
-				t.Fatal(err)
-			}
-			gs, err := three.sections()
-			if err != nil {
-				t.Fatal(err)
-			}
+			ws, gs := must(one.sections()), must(three.sections())
 			for i := range ws {
 				if ws[i].Name != gs[i].Name || !bytes.Equal(ws[i].Data, gs[i].Data) {
 					t.Errorf("section %q differs after learning on three cores", ws[i].Name)

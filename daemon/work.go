@@ -1208,9 +1208,7 @@ func (w *worker) work(ctx context.Context, t *workTask) error {
 	var enc []byte
 	if len(batch) > 0 {
 		var outs []output
-		if c, ok := model.(coresLearner); ok {
-			c.learnOn(pl.d.learnCores())
-		}
+		pl.d.setLearnCores(model)
 		// The same task always draws the same candidates.
 		enc, outs = model.contribute(batch, rand.NewPCG(pl.cfg.Seed, t.ID), t.Ahead, t.precision())
 		meta.Images = len(batch)
