@@ -208,8 +208,7 @@ func (s *scratch) argmaxFused(kn *kernel, pack *packedAtoms, seeded, m, cores in
 	f := &s.fused
 	dim := pack.dim
 	if kn.pre != nil && pack.quant != nil && panelsFor(seeded) >= prefilterPanels {
-		f.x, _ = packRows(f.x, s.x, m, dim, kn.rows)
-		s.argmaxPrefiltered(kn, pack, seeded, m)
+		s.argmaxPrefiltered(kn, pack, seeded, m, cores)
 		return
 	}
 	blocks := (m + kn.rows - 1) / kn.rows

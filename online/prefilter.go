@@ -188,18 +188,53 @@ type prefilterScratch struct {
 	blocks, fallbacks, candidates, rescored int
 }
 
-// argmaxPrefiltered is argmaxFused for kernels with a prefilter; s.fused.x
-// already holds the rows packed for kn.
-func (s *scratch) argmaxPrefiltered(kn *kernel, pack *packedAtoms, seeded, m int) {
+// argmaxPrefiltered is argmaxFused for kernels with a prefilter: the
+// blocks of rows are cut into up to cores parts (partsFor, inParts), each
+// scored with a prefilterScratch of its own, whose counts are then added
+// into s.fused.pre.
+func (s *scratch) argmaxPrefiltered(kn *kernel, pack *packedAtoms, seeded, m, cores int) {
 	const rows = prefilterRows
 	if kn.rows != rows {
 		panic("online: prefilter: kernel blocks are not 8 rows")
 	}
 	f := &s.fused
-	w := &f.pre
+	blocks := (m + rows - 1) / rows
+	f.x = grow(f.x, blocks*rows*pack.dim) // each part packs its blocks
+	panels := panelsFor(seeded)
+	parts := partsFor(blocks, rows*panels*panelWidth*pack.dim, cores)
+	if parts == 1 { // no closure: one goroutine allocates nothing
+		s.prefilterBlocks(&f.pre, kn, pack, panels, m, 0, blocks)
+		return
+	}
+	if len(s.pre) < parts-1 {
+		s.pre = append(s.pre, make([]prefilterScratch, parts-1-len(s.pre))...)
+	}
+	inParts(blocks, parts, func(p, b0, b1 int) {
+		w := &f.pre
+		if p > 0 {
+			w = &s.pre[p-1]
+		}
+		s.prefilterBlocks(w, kn, pack, panels, m, b0, b1)
+	})
+	for i := range s.pre[:parts-1] {
+		w := &s.pre[i]
+		f.pre.blocks += w.blocks
+		f.pre.fallbacks += w.fallbacks
+		f.pre.candidates += w.candidates
+		f.pre.rescored += w.rescored
+		w.blocks, w.fallbacks, w.candidates, w.rescored = 0, 0, 0, 0
+	}
+}
+
+// prefilterBlocks is argmaxPrefiltered for the blocks b0…b1−1 of the m
+// rows, which it packs into s.fused.x, against panels panels, in the
+// workspace w.
+func (s *scratch) prefilterBlocks(w *prefilterScratch, kn *kernel, pack *packedAtoms, panels, m, b0, b1 int) {
+	const rows = prefilterRows
+	f := &s.fused
 	q := pack.quant
 	dim, groups := pack.dim, q.groups
-	panels := panelsFor(seeded)
+	packBlocks(f.x, s.x, m, dim, rows, b0, b1)
 	width := panels * panelWidth
 	capacity := width + panelWidth/2
 	w.xq = grow(w.xq, rows*groups*4)
@@ -216,9 +251,9 @@ func (s *scratch) argmaxPrefiltered(kn *kernel, pack *packedAtoms, seeded, m int
 	w.idx = grow(w.idx, rows*panelWidth)
 	tau := fusedTol(dim) * max(1, q.normMax)
 	inf := float32(math.Inf(-1))
-	for b0 := 0; b0 < m; b0 += rows {
-		n := min(rows, m-b0)
-		blk := f.x[b0*dim : (b0+rows)*dim]
+	for r0 := b0 * rows; r0 < min(m, b1*rows); r0 += rows {
+		n := min(rows, m-r0)
+		blk := f.x[r0*dim : (r0+rows)*dim]
 		ok := w.quantize(blk, n, dim, q.errMax, q.normMax, tau)
 		if ok {
 			for r := range rows {
@@ -240,7 +275,7 @@ func (s *scratch) argmaxPrefiltered(kn *kernel, pack *packedAtoms, seeded, m int
 			w.fallbacks++
 			kn.argmax(blk, 1, dim, pack.data, panels, w.max, w.idx)
 			for r := range n {
-				s.best[b0+r], s.cos[b0+r] = firstMax(w.max[r*panelWidth:], w.idx[r*panelWidth:])
+				s.best[r0+r], s.cos[r0+r] = firstMax(w.max[r*panelWidth:], w.idx[r*panelWidth:])
 			}
 			continue
 		}
@@ -255,7 +290,7 @@ func (s *scratch) argmaxPrefiltered(kn *kernel, pack *packedAtoms, seeded, m int
 			if k >= 0 {
 				k = int(w.union[k])
 			}
-			s.best[b0+r], s.cos[b0+r] = k, cos
+			s.best[r0+r], s.cos[r0+r] = k, cos
 		}
 	}
 }

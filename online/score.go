@@ -41,7 +41,8 @@ type scratch struct {
 	candRow []int       // the compacted row of each candidate
 
 	fused fusedScratch
-	codes []codesPart // the parts of codesFused
+	codes []codesPart        // the parts of codesFused
+	pre   []prefilterScratch // parts 1, 2, … of argmaxPrefiltered
 }
 
 func grow[T any](s []T, n int) []T {
