@@ -265,9 +265,14 @@ func (s *scratch) argmaxBlocks(kn *kernel, pack *packedAtoms, panels, m, b0, b1 
 }
 
 // partWork is the fewest multiply-adds (rows × atoms × Dim) worth a
-// goroutine of their own: about 50 µs of a core, against the
-// microseconds it takes to start one and wait for it.
-const partWork = 1 << 21
+// goroutine of their own: 0.1-0.2 ms of a core, against the time it
+// takes an idle core to pick the goroutine up. That is a microsecond
+// when the other core is awake, but 50-100 µs on a 2-vCPU virtual
+// machine whose idle vCPU the host has to wake: there, two goroutines
+// spinning 90 µs each took 190 µs together, and parts of 2²¹
+// multiply-adds (the first choice, 50 µs) made `smtd bench kmeans` at
+// K = 256 slower on both cores than on one (BENCHMARKS.md).
+const partWork = 1 << 23
 
 // partsFor returns how many parts inParts should cut blocks blocks of
 // work multiply-adds each into: at most cores, and none of fewer than

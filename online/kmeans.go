@@ -199,9 +199,9 @@ func (k *KMeans) Settings() KMeansSettings { return k.s }
 // caller's alone, as a new KMeans does), in contiguous ranges of rows of
 // at least partWork multiply-adds each. Every row is scored by the same
 // kernel calls either way, so the codes and the learning step are bit for
-// bit those of one goroutine. The int8 prefilter of AVX-512 VNNI machines
-// (K ≥ 2048) scores on the caller's goroutine only. A Clone scores on one
-// goroutine until its own SetCores.
+// bit those of one goroutine; the int8 prefilter of AVX-512 VNNI machines
+// (K ≥ 2048) splits its blocks of rows the same way. A Clone scores on
+// one goroutine until its own SetCores.
 func (k *KMeans) SetCores(n int) { k.cores = n }
 
 // SetSettings replaces the rates (LearningRate, Decay, Memory,

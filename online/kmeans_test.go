@@ -599,9 +599,9 @@ func TestKMeansAssignAllBlank(t *testing.T) {
 func TestKMeansCoresSameBits(t *testing.T) {
 	x, blank := mnistPatches(t, 40)
 	r, dim := x.Dims()
-	const k, batch = 300, 2001
-	if parts := partsFor(batch/fused.rows, fused.rows*panelsFor(k)*panelWidth*dim, 3); parts < 2 {
-		t.Fatalf("a minibatch is scored in %d part; the test needs several", parts)
+	const k, batch = 700, 2001
+	if parts := partsFor(batch/fused.rows, fused.rows*panelsFor(k)*panelWidth*dim, 3); parts < 3 {
+		t.Fatalf("a minibatch is scored in %d parts; the test needs three", parts)
 	}
 	var learners [3]*KMeans
 	for i := range learners {
