@@ -42,6 +42,18 @@ func BenchmarkKMeansLearn(b *testing.B) {
 	}
 }
 
+// BenchmarkKMeansSeed measures the first minibatch of a dictionary of
+// 4096 atoms, 13,000 whitened MNIST patches (those of 32 images), which
+// seeds every atom from it (k-means++ with 10 trials an atom).
+func BenchmarkKMeansSeed(b *testing.B) {
+	const m = 13000
+	x := mat.NewDense(m, 36, mnistRows(b, 100)[:m*36])
+	for b.Loop() {
+		km, _ := newTestKMeans(KMeansSettings{K: 4096, Dim: 36}, 11)
+		km.Learn(x, nil)
+	}
+}
+
 func BenchmarkKMeansAssign(b *testing.B) {
 	const n = 1024
 	bs := benchData(8, n)

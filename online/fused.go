@@ -1,6 +1,7 @@
 package online
 
 import (
+	"fmt"
 	"math"
 	"sync"
 )
@@ -321,29 +322,67 @@ func firstMax(maxs []float32, idx []int32) (int, float64) {
 	return atom, float64(best)
 }
 
-// scoresFused writes into dst (m×n, row-major) the scores of the m rows
-// packed in s.fused.x (packRows in blocks of kn.rows) against the first n ≤ panelWidth atoms
-// of the one-panel pack: the same float32 dot products as every other
-// kernel call, with the threshold kernel keeping them all.
-func (s *scratch) scoresFused(kn *kernel, pack *packedAtoms, m, n int, dst []float64) {
-	f := &s.fused
-	blocks := (m + kn.rows - 1) / kn.rows
-	rows := blocks * kn.rows
-	capacity := panelWidth + panelWidth/2 // the kernels' stores overhang
-	f.pos = grow(f.pos, rows)
-	f.cos = grow(f.cos, rows*capacity)
-	f.idx = grow(f.idx, rows*capacity)
-	for i := range f.pos {
-		f.pos[i] = int64(i * capacity)
-	}
-	// Scores of unit vectors are ≥ −1 (up to rounding); absent atoms
-	// are NaN and never kept.
-	kn.above(f.x, blocks, pack.dim, pack.data, 1, -2, f.pos, f.cos, f.idx)
-	for c := range m {
-		for q := c * capacity; q < int(f.pos[c]); q++ {
-			dst[c*n+int(f.idx[q])] = float64(f.cos[q])
+// packRowsAsAtoms lays the m compacted rows of s.x out as the atoms of
+// s.rowAtoms (the lanes past m absent, NaN, and no int8 copy), for
+// candidateScores.
+func (s *scratch) packRowsAsAtoms(m, dim int) {
+	p := &s.rowAtoms
+	p.dim, p.quant = dim, nil
+	p.data = grow(p.data, panelsFor(m)*dim*panelWidth)
+	for j := range m {
+		base := (j/panelWidth)*dim*panelWidth + j%panelWidth
+		for l, v := range s.x[j*dim : (j+1)*dim] {
+			p.data[base+l*panelWidth] = float32(v)
 		}
 	}
+	nan := float32(math.NaN())
+	for j := m; j < panelsFor(m)*panelWidth; j++ {
+		base := (j/panelWidth)*dim*panelWidth + j%panelWidth
+		for l := range dim {
+			p.data[base+l*panelWidth] = nan
+		}
+	}
+}
+
+// candidateScores returns the scores of the m rows laid out by
+// packRowsAsAtoms against the n rows s.candRow[:n] of s.x: candidate t's
+// score of row c at scores[t*stride+c]. They are the float32 dot products
+// every other kernel call computes for that pair, bit for bit: the
+// kernels sum x_l·φ_l over l in the same order whichever of the two is
+// the atom. Scoring the few candidates against the rows as atoms, rather
+// than the rows against a panel of candidates, leaves no lanes of a
+// panel empty. The scores are valid until the workspace's next use.
+func (s *scratch) candidateScores(kn *kernel, m, n int) (scores []float32, stride int) {
+	f := &s.fused
+	dim := s.rowAtoms.dim
+	s.candX = grow(s.candX, n*dim)
+	for t, c := range s.candRow[:n] {
+		copy(s.candX[t*dim:(t+1)*dim], s.x[c*dim:(c+1)*dim])
+	}
+	var blocks int
+	f.x, blocks = packRows(f.x, s.candX, n, dim, kn.rows)
+	rows := blocks * kn.rows
+	panels := panelsFor(m)
+	stride = panels*panelWidth + panelWidth/2 // the kernels' stores overhang
+	f.pos = grow(f.pos, rows)
+	f.cos = grow(f.cos, rows*stride)
+	f.idx = grow(f.idx, rows*stride)
+	for i := range f.pos {
+		f.pos[i] = int64(i * stride)
+	}
+	// Scores of unit vectors are ≥ −1 (up to rounding) and the absent
+	// atoms are NaN, so each candidate keeps its m scores, in row order,
+	// over as many calls as argmaxChunk allows (pos carries on).
+	step := max(1, argmaxChunk/(rows*panelWidth*dim))
+	for p0 := 0; p0 < panels; p0 += step {
+		kn.above(f.x, blocks, dim, s.rowAtoms.data[p0*dim*panelWidth:], min(step, panels-p0), -2, f.pos, f.cos, f.idx)
+	}
+	for t := range n {
+		if got := int(f.pos[t]) - t*stride; got != m {
+			panic(fmt.Sprintf("online: candidate %d has %d scores of %d: a row is not finite", t, got, m))
+		}
+	}
+	return f.cos, stride
 }
 
 // aboveChunk bounds the rows × capacity of one call of the above kernel,

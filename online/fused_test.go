@@ -369,29 +369,59 @@ func TestKMeansResumeWhileSeeding(t *testing.T) {
 	}
 }
 
-// TestScoresFused checks the seeding scores of every kernel against the
-// float64 cosines: all n ≤ panelWidth atoms of one panel, for block
-// edges that are not multiples of the kernel's rows, none of the absent
-// (NaN) atoms.
-func TestScoresFused(t *testing.T) {
+// TestCandidateScores checks the seeding scores of every kernel, the
+// candidates scored against the rows as atoms: within float32 tolerance
+// of the float64 cosines, and the same bits as the rows scored against
+// the candidates as atoms (the way every other call scores a pair), for
+// row counts that are not multiples of a panel or of the kernel's rows,
+// and with rows split over several kernel calls (argmaxChunk).
+func TestCandidateScores(t *testing.T) {
 	rng := rand.New(rand.NewPCG(83, 84))
-	for _, tc := range []struct{ m, n, dim int }{{1, 1, 36}, {7, 11, 36}, {33, 32, 25}, {1000, 10, 36}} {
-		c := newScoreCase(rng, tc.m, tc.n, tc.dim)
-		pack := newPackedAtoms(panelWidth, tc.dim)
-		for j := range tc.n {
-			pack.set(j, c.atoms.RawRowView(j))
+	for _, tc := range []struct{ m, n, dim int }{{1, 1, 36}, {7, 7, 36}, {33, 11, 25}, {1000, 10, 36}, {20000, 32, 36}} {
+		c := newScoreCase(rng, tc.m, 1, tc.dim) // its rows; the atom is not used
+		cand := make([]int, tc.n)
+		for i := range cand {
+			cand[i] = rng.IntN(tc.m)
 		}
 		for _, kn := range kernels() {
 			var s scratch
-			s.fused.x, _ = packRows(s.fused.x, c.x, tc.m, tc.dim, kn.rows)
-			got := make([]float64, tc.m*tc.n)
-			for i := range got {
-				got[i] = math.NaN()
+			s.x = c.x
+			s.candRow = cand
+			s.packRowsAsAtoms(tc.m, tc.dim)
+			scores, stride := s.candidateScores(kn, tc.m, tc.n)
+
+			var ref scratch // the rows against a panel of candidates
+			pack := newPackedAtoms(panelWidth, tc.dim)
+			for t, r := range cand {
+				pack.set(t, c.x[r*tc.dim:(r+1)*tc.dim])
 			}
-			s.scoresFused(kn, &pack, tc.m, tc.n, got)
-			for i, v := range got {
-				if !(math.Abs(v-c.want[i]) <= scoreTol(tc.dim)) {
-					t.Fatalf("%s, %d×%d: score %d = %v, want %v", kn.name, tc.m, tc.n, i, v, c.want[i])
+			blocks := (tc.m + kn.rows - 1) / kn.rows
+			ref.fused.x, _ = packRows(nil, c.x, tc.m, tc.dim, kn.rows)
+			capacity := panelWidth + panelWidth/2
+			pos := make([]int64, blocks*kn.rows)
+			for i := range pos {
+				pos[i] = int64(i * capacity)
+			}
+			cos := make([]float32, len(pos)*capacity)
+			idx := make([]int32, len(pos)*capacity)
+			kn.above(ref.fused.x, blocks, tc.dim, pack.data, 1, -2, pos, cos, idx)
+
+			for r := range tc.m {
+				if int(pos[r])-r*capacity != tc.n {
+					t.Fatalf("%s: reference row %d has %d scores", kn.name, r, int(pos[r])-r*capacity)
+				}
+				for k, row := range cand {
+					got := scores[k*stride+r]
+					var want float64
+					for l := range tc.dim {
+						want += float64(float32(c.x[r*tc.dim+l])) * float64(float32(c.x[row*tc.dim+l]))
+					}
+					if !(math.Abs(float64(got)-want) <= scoreTol(tc.dim)) {
+						t.Fatalf("%s, %d×%d: row %d candidate %d: score %v, want %v", kn.name, tc.m, tc.n, r, k, got, want)
+					}
+					if ref := cos[r*capacity+k]; math.Float32bits(got) != math.Float32bits(ref) {
+						t.Fatalf("%s, %d×%d: row %d candidate %d: %v as atoms, %v as rows", kn.name, tc.m, tc.n, r, k, got, ref)
+					}
 				}
 			}
 		}

@@ -591,18 +591,15 @@ func (k *KMeans) seed(m int, cur int64) {
 		return
 	}
 	trials := min(2+int(math.Log(float64(k.s.K))), panelWidth)
-	if w.cand.dim != dim {
-		w.cand = newPackedAtoms(panelWidth, dim)
-	}
 	w.candRow = grow(w.candRow, trials)
-	w.scores = grow(w.scores, m*trials)
-	scores := w.scores[:m*trials]
-	w.fused.x, _ = packRows(w.fused.x, w.x, m, dim, fused.rows)
+	var pots [panelWidth]float64
+	pot := pots[:trials]
+	w.packRowsAsAtoms(m, dim)
+	var total float64
+	for _, c := range w.cos[:m] {
+		total += seedWeight(c, tol)
+	}
 	for k.seeded < k.s.K {
-		var total float64
-		for _, c := range w.cos[:m] {
-			total += seedWeight(c, tol)
-		}
 		if !(total > 0) {
 			return // every row is already an atom
 		}
@@ -618,25 +615,46 @@ func (k *KMeans) seed(m int, cur int64) {
 				}
 			}
 			w.candRow[t] = pick
-			w.cand.set(t, w.x[pick*dim:(pick+1)*dim])
 		}
-		// The rows are still packed from the argmaxFused above.
-		w.scoresFused(fused, &w.cand, m, trials, scores)
+		scores, stride := w.candidateScores(fused, m, trials)
+		// Each trial's potential is summed over the rows in order, as is
+		// the total below, four trials at a time in four registers (a
+		// group past the last trial sums the last one again, dropped).
+		cos := w.cos[:m]
+		for t0 := 0; t0 < trials; t0 += 4 {
+			at := func(t int) []float32 {
+				t = min(t, trials-1)
+				return scores[t*stride : t*stride+m : t*stride+m]
+			}
+			s0, s1, s2, s3 := at(t0), at(t0+1), at(t0+2), at(t0+3)
+			s0, s1, s2, s3 = s0[:len(cos)], s1[:len(cos)], s2[:len(cos)], s3[:len(cos)]
+			var p0, p1, p2, p3 float64
+			for c, cs := range cos {
+				p0 += seedWeight(max(cs, float64(s0[c])), tol)
+				p1 += seedWeight(max(cs, float64(s1[c])), tol)
+				p2 += seedWeight(max(cs, float64(s2[c])), tol)
+				p3 += seedWeight(max(cs, float64(s3[c])), tol)
+			}
+			copy(pot[t0:], []float64{p0, p1, p2, p3})
+		}
 		best, bestPot := 0, math.Inf(1)
-		for t := 0; t < trials; t++ {
-			var pot float64
-			for c, cs := range w.cos[:m] {
-				pot += seedWeight(max(cs, scores[c*trials+t]), tol)
-			}
-			if pot < bestPot {
-				best, bestPot = t, pot
+		for t, p := range pot {
+			if p < bestPot {
+				best, bestPot = t, p
 			}
 		}
+		picked := w.candRow[best]
+		total = 0
+		sb := scores[best*stride : best*stride+m]
 		for c := range w.cos[:m] {
-			w.cos[c] = max(w.cos[c], scores[c*trials+best])
+			cs := 1.0
+			if c != picked {
+				cs = max(w.cos[c], float64(sb[c]))
+			}
+			w.cos[c] = cs
+			total += seedWeight(cs, tol)
 		}
-		w.cos[w.candRow[best]] = 1
-		add(w.candRow[best])
+		add(picked)
 	}
 }
 

@@ -37,8 +37,9 @@ type scratch struct {
 	keys   []float64 // reseeding keys, one per compacted row
 	order  []int     // reseeding order
 
-	cand    packedAtoms // seeding candidates, one panel
-	candRow []int       // the compacted row of each candidate
+	rowAtoms packedAtoms // the compacted rows as atoms, for seeding
+	candRow  []int       // the compacted row of each seeding candidate
+	candX    []float64   // those rows
 
 	fused fusedScratch
 	codes []codesPart        // the parts of codesFused
