@@ -272,9 +272,10 @@ func (c *KMeansContribution) marshal(f32 bool) ([]byte, error) {
 // slices; the sums of atoms without hits are zero. It returns an error
 // wrapping ErrFormat or ErrVersion if data is truncated, too long, of
 // another kind, has inconsistent lengths or counts (hits that do not add
-// up to Rows, atoms out of range), or holds non-finite values or keys
-// that are NaN or not decreasing; c then holds no rows (its slices are
-// kept for reuse).
+// up to Rows, atoms out of range), or holds non-finite values, seeds or
+// candidates that are not unit rows (the contributor's compacted rows
+// are, to rounding), or keys that are NaN or not decreasing; c then
+// holds no rows (its slices are kept for reuse).
 func (c *KMeansContribution) UnmarshalBinary(data []byte) error {
 	c.reset()
 	fail := func(what string) error {
@@ -360,6 +361,33 @@ func (c *KMeansContribution) UnmarshalBinary(data []byte) error {
 	if !finite(c.Seeds) || !finite(c.Candidates) {
 		return fail("non-finite values")
 	}
+	if !unitRows(c.Seeds, dim) || !unitRows(c.Candidates, dim) {
+		return fail("seed or candidate rows not of unit length")
+	}
 	c.Rows = rows
 	return nil
+}
+
+// unitTol bounds |‖x‖² − 1| for the unit rows of a contribution: a row
+// scaled to unit length in float64 is within a few ulps of it, and a row
+// that is not (a corrupted value) would score as something other than a
+// cosine.
+const unitTol = 1e-9
+
+// unitRows reports whether x holds rows of dim values of unit length
+// (within unitTol).
+func unitRows(x []float64, dim int) bool {
+	if dim == 0 {
+		return len(x) == 0
+	}
+	for i := 0; i+dim <= len(x); i += dim {
+		var ss float64
+		for _, v := range x[i : i+dim] {
+			ss += v * v
+		}
+		if !(math.Abs(ss-1) <= unitTol) {
+			return false
+		}
+	}
+	return true
 }

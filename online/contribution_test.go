@@ -611,6 +611,31 @@ func TestContributionEncodingRoundTrip(t *testing.T) {
 	}
 }
 
+// TestContributionRefusesRowsNotOfUnitLength checks that a k-means
+// contribution whose seed or candidate rows are not unit rows, as a
+// corrupted value leaves them, is refused: the seeds are scored as
+// cosines, and one value of 10³⁰⁰ made a float32 score that is not a
+// number.
+func TestContributionRefusesRowsNotOfUnitLength(t *testing.T) {
+	_, kcs := contributionSamples(t)
+	for name, c := range map[string]*KMeansContribution{"seeds": kcs[0], "candidates": kcs[1]} {
+		rows := c.Seeds
+		if name == "candidates" {
+			rows = c.Candidates
+		}
+		for _, v := range []float64{1e300, 0.5, 1e-4} {
+			saved := rows[3]
+			rows[3] += v
+			data := mustMarshal(t, c)
+			rows[3] = saved
+			var got KMeansContribution
+			if err := got.UnmarshalBinary(data); !errors.Is(err, ErrFormat) {
+				t.Errorf("%s with %v added to a value: UnmarshalBinary = %v, want ErrFormat", name, v, err)
+			}
+		}
+	}
+}
+
 // FuzzContributionUnmarshal checks that UnmarshalBinary never panics, that
 // what it accepts is consistent (it encodes again to a contribution that
 // decodes to the same), and that what it refuses is refused with one of

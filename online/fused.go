@@ -1,7 +1,6 @@
 package online
 
 import (
-	"fmt"
 	"math"
 	"sync"
 )
@@ -377,12 +376,29 @@ func (s *scratch) candidateScores(kn *kernel, m, n int) (scores []float32, strid
 	for p0 := 0; p0 < panels; p0 += step {
 		kn.above(f.x, blocks, dim, s.rowAtoms.data[p0*dim*panelWidth:], min(step, panels-p0), -2, f.pos, f.cos, f.idx)
 	}
-	for t := range n {
-		if got := int(f.pos[t]) - t*stride; got != m {
-			panic(fmt.Sprintf("online: candidate %d has %d scores of %d: a row is not finite", t, got, m))
+	for t, r := range s.candRow[:n] {
+		if int(f.pos[t])-t*stride != m {
+			// A score that is not a number, from a row whose float32
+			// copy is not finite (unit rows never are): the kernel left
+			// it out, so this candidate is scored by a plain loop.
+			s.plainScores(f.cos[t*stride:t*stride+m], r, m, dim)
 		}
 	}
 	return f.cos, stride
+}
+
+// plainScores sets dst[c] to the float32 dot product of the float32
+// copies of rows c and r of s.x, c < m, summed over the dimensions in
+// order, for the rows the kernels cannot score.
+func (s *scratch) plainScores(dst []float32, r, m, dim int) {
+	cand := s.x[r*dim : (r+1)*dim]
+	for c := range m {
+		var sum float32
+		for l, v := range s.x[c*dim : (c+1)*dim] {
+			sum += float32(v) * float32(cand[l])
+		}
+		dst[c] = sum
+	}
 }
 
 // aboveChunk bounds the rows × capacity of one call of the above kernel,

@@ -369,6 +369,43 @@ func TestKMeansResumeWhileSeeding(t *testing.T) {
 	}
 }
 
+// TestCandidateScoresNotFinite checks that a row whose float32 copy is
+// not finite, which the kernels leave out, neither panics nor leaves
+// stale scores: its candidates are scored by the plain loop, a score
+// that is not a number where the row meets the candidate, the other
+// rows' scores as the kernel's.
+func TestCandidateScoresNotFinite(t *testing.T) {
+	rng := rand.New(rand.NewPCG(85, 86))
+	const m, dim = 100, 36
+	c := newScoreCase(rng, m, 1, dim)
+	x := slices.Clone(c.x)
+	x[17*dim+5] = 1e300 // +Inf in float32
+	for _, kn := range kernels() {
+		var s, ref scratch
+		s.x, ref.x = x, c.x
+		s.candRow = []int{3, 17, 40}
+		ref.candRow = s.candRow
+		s.packRowsAsAtoms(m, dim)
+		ref.packRowsAsAtoms(m, dim)
+		scores, stride := s.candidateScores(kn, m, 3)
+		want, _ := ref.candidateScores(kn, m, 3)
+		for k := range 3 {
+			for r := range m {
+				got := scores[k*stride+r]
+				if r == 17 || k == 1 {
+					if r == 17 && k != 1 && !math.IsNaN(float64(got)) && !math.IsInf(float64(got), 0) {
+						t.Errorf("%s: row 17, candidate %d: %v, want a score that is not finite", kn.name, k, got)
+					}
+					continue
+				}
+				if math.Abs(float64(got-want[k*stride+r])) > 1e-5 {
+					t.Fatalf("%s: row %d candidate %d: %v, want %v", kn.name, r, k, got, want[k*stride+r])
+				}
+			}
+		}
+	}
+}
+
 // TestCandidateScores checks the seeding scores of every kernel, the
 // candidates scored against the rows as atoms: within float32 tolerance
 // of the float64 cosines, and the same bits as the rows scored against
