@@ -54,6 +54,40 @@ func BenchmarkKMeansSeed(b *testing.B) {
 	}
 }
 
+// BenchmarkInParts measures what partWork weighs: two parts of a fixed
+// amount of work (a loop of float64 additions, about 9 µs, 90 µs and
+// 0.9 ms of a core) run by inParts on two goroutines, against the same
+// two parts one after the other. Were the idle core to pick up the
+// goroutine at once, "parts" would take about half of "serial" at every
+// size; on a 2-vCPU virtual machine only the largest parts paid
+// (BENCHMARKS.md, "Both cores on Zen 4").
+func BenchmarkInParts(b *testing.B) {
+	var sink [2]float64
+	for _, n := range []int{10_000, 100_000, 1_000_000} {
+		b.Run(fmt.Sprintf("adds=%d/serial", n), func(b *testing.B) {
+			for b.Loop() {
+				sink[0], sink[1] = spinAdds(n), spinAdds(n)
+			}
+		})
+		b.Run(fmt.Sprintf("adds=%d/parts", n), func(b *testing.B) {
+			for b.Loop() {
+				inParts(2, 2, func(p, _, _ int) { sink[p] = spinAdds(n) })
+			}
+		})
+	}
+}
+
+// spinAdds is n dependent float64 additions.
+//
+//go:noinline
+func spinAdds(n int) float64 {
+	s := 0.0
+	for i := range n {
+		s += float64(i) * 1e-9
+	}
+	return s
+}
+
 func BenchmarkKMeansAssign(b *testing.B) {
 	const n = 1024
 	bs := benchData(8, n)

@@ -618,19 +618,19 @@ func TestContributionEncodingRoundTrip(t *testing.T) {
 // number.
 func TestContributionRefusesRowsNotOfUnitLength(t *testing.T) {
 	_, kcs := contributionSamples(t)
-	for name, c := range map[string]*KMeansContribution{"seeds": kcs[0], "candidates": kcs[1]} {
-		rows := c.Seeds
-		if name == "candidates" {
-			rows = c.Candidates
-		}
+	for _, tc := range []struct {
+		name string
+		c    *KMeansContribution
+		rows []float64
+	}{{"seeds", kcs[0], kcs[0].Seeds}, {"candidates", kcs[1], kcs[1].Candidates}} {
 		for _, v := range []float64{1e300, 0.5, 1e-4} {
-			saved := rows[3]
-			rows[3] += v
-			data := mustMarshal(t, c)
-			rows[3] = saved
+			saved := tc.rows[3]
+			tc.rows[3] += v
+			data := mustMarshal(t, tc.c)
+			tc.rows[3] = saved
 			var got KMeansContribution
 			if err := got.UnmarshalBinary(data); !errors.Is(err, ErrFormat) {
-				t.Errorf("%s with %v added to a value: UnmarshalBinary = %v, want ErrFormat", name, v, err)
+				t.Errorf("%s with %v added to a value: UnmarshalBinary = %v, want ErrFormat", tc.name, v, err)
 			}
 		}
 	}

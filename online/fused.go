@@ -267,11 +267,12 @@ func (s *scratch) argmaxBlocks(kn *kernel, pack *packedAtoms, panels, m, b0, b1 
 // partWork is the fewest multiply-adds (rows × atoms × Dim) worth a
 // goroutine of their own: 0.1-0.2 ms of a core, against the time it
 // takes an idle core to pick the goroutine up. That is a microsecond
-// when the other core is awake, but 50-100 µs on a 2-vCPU virtual
-// machine whose idle vCPU the host has to wake: there, two goroutines
-// spinning 90 µs each took 190 µs together, and parts of 2²¹
-// multiply-adds (the first choice, 50 µs) made `smtd bench kmeans` at
-// K = 256 slower on both cores than on one (BENCHMARKS.md).
+// when the other core is awake, but tens of µs on a 2-vCPU virtual
+// machine whose idle vCPU the host has to wake: there (BenchmarkInParts)
+// two parts of 84 µs each took 180 µs on two goroutines and 168 µs one
+// after the other, two of 0.84 ms 1.0-1.1 ms against 1.7, and parts of
+// 2²¹ multiply-adds (the first choice, 50 µs) made `smtd bench kmeans`
+// at K = 256 slower on both cores than on one (BENCHMARKS.md).
 const partWork = 1 << 23
 
 // partsFor returns how many parts inParts should cut blocks blocks of
@@ -329,17 +330,10 @@ func (s *scratch) packRowsAsAtoms(m, dim int) {
 	p.dim, p.quant = dim, nil
 	p.data = grow(p.data, panelsFor(m)*dim*panelWidth)
 	for j := range m {
-		base := (j/panelWidth)*dim*panelWidth + j%panelWidth
-		for l, v := range s.x[j*dim : (j+1)*dim] {
-			p.data[base+l*panelWidth] = float32(v)
-		}
+		p.set(j, s.x[j*dim:(j+1)*dim])
 	}
-	nan := float32(math.NaN())
 	for j := m; j < panelsFor(m)*panelWidth; j++ {
-		base := (j/panelWidth)*dim*panelWidth + j%panelWidth
-		for l := range dim {
-			p.data[base+l*panelWidth] = nan
-		}
+		p.reset(j)
 	}
 }
 

@@ -371,34 +371,33 @@ func TestKMeansResumeWhileSeeding(t *testing.T) {
 
 // TestCandidateScoresNotFinite checks that a row whose float32 copy is
 // not finite, which the kernels leave out, neither panics nor leaves
-// stale scores: its candidates are scored by the plain loop, a score
-// that is not a number where the row meets the candidate, the other
-// rows' scores as the kernel's.
+// stale scores: the candidates are scored by the plain loop, with a
+// score that is not finite wherever the row meets a candidate (as a row
+// or as the candidate itself), and the other scores within float32
+// rounding of the kernel's on the same rows without the bad value.
 func TestCandidateScoresNotFinite(t *testing.T) {
 	rng := rand.New(rand.NewPCG(85, 86))
-	const m, dim = 100, 36
+	const m, dim, bad = 100, 36, 17
 	c := newScoreCase(rng, m, 1, dim)
 	x := slices.Clone(c.x)
-	x[17*dim+5] = 1e300 // +Inf in float32
+	x[bad*dim+5] = 1e300 // +Inf in float32
+	cand := []int{3, bad, 40}
 	for _, kn := range kernels() {
 		var s, ref scratch
 		s.x, ref.x = x, c.x
-		s.candRow = []int{3, 17, 40}
-		ref.candRow = s.candRow
+		s.candRow, ref.candRow = cand, cand
 		s.packRowsAsAtoms(m, dim)
 		ref.packRowsAsAtoms(m, dim)
-		scores, stride := s.candidateScores(kn, m, 3)
-		want, _ := ref.candidateScores(kn, m, 3)
-		for k := range 3 {
+		scores, stride := s.candidateScores(kn, m, len(cand))
+		want, _ := ref.candidateScores(kn, m, len(cand))
+		for k, row := range cand {
 			for r := range m {
-				got := scores[k*stride+r]
-				if r == 17 || k == 1 {
-					if r == 17 && k != 1 && !math.IsNaN(float64(got)) && !math.IsInf(float64(got), 0) {
-						t.Errorf("%s: row 17, candidate %d: %v, want a score that is not finite", kn.name, k, got)
+				got := float64(scores[k*stride+r])
+				if r == bad || row == bad {
+					if !math.IsNaN(got) && !math.IsInf(got, 0) {
+						t.Errorf("%s: row %d, candidate %d (row %d): %v, want a score that is not finite", kn.name, r, k, row, got)
 					}
-					continue
-				}
-				if math.Abs(float64(got-want[k*stride+r])) > 1e-5 {
+				} else if math.Abs(got-float64(want[k*stride+r])) > 1e-5 {
 					t.Fatalf("%s: row %d candidate %d: %v, want %v", kn.name, r, k, got, want[k*stride+r])
 				}
 			}

@@ -621,13 +621,12 @@ func (k *KMeans) seed(m int, cur int64) {
 		// the total below, four trials at a time in four registers (a
 		// group past the last trial sums the last one again, dropped).
 		cos := w.cos[:m]
+		trial := func(t int) []float32 { // its scores, as long as cos
+			t = min(t, trials-1)
+			return scores[t*stride:][:len(cos)]
+		}
 		for t0 := 0; t0 < trials; t0 += 4 {
-			at := func(t int) []float32 {
-				t = min(t, trials-1)
-				return scores[t*stride : t*stride+m : t*stride+m]
-			}
-			s0, s1, s2, s3 := at(t0), at(t0+1), at(t0+2), at(t0+3)
-			s0, s1, s2, s3 = s0[:len(cos)], s1[:len(cos)], s2[:len(cos)], s3[:len(cos)]
+			s0, s1, s2, s3 := trial(t0), trial(t0+1), trial(t0+2), trial(t0+3)
 			var p0, p1, p2, p3 float64
 			for c, cs := range cos {
 				p0 += seedWeight(max(cs, float64(s0[c])), tol)
@@ -645,13 +644,13 @@ func (k *KMeans) seed(m int, cur int64) {
 		}
 		picked := w.candRow[best]
 		total = 0
-		sb := scores[best*stride : best*stride+m]
-		for c := range w.cos[:m] {
+		sb := trial(best)
+		for c := range cos {
 			cs := 1.0
 			if c != picked {
-				cs = max(w.cos[c], float64(sb[c]))
+				cs = max(cos[c], float64(sb[c]))
 			}
-			w.cos[c] = cs
+			cos[c] = cs
 			total += seedWeight(cs, tol)
 		}
 		add(picked)
