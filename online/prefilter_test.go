@@ -241,16 +241,18 @@ func TestPrefilterKeepsFewCandidates(t *testing.T) {
 
 // TestKMeansLearnsAsWithoutPrefilter checks that a dictionary of 4096
 // atoms, where KMeans uses the prefilter, learns exactly as with the
-// float32 kernel alone: the same atoms, bit for bit, after every batch.
+// float32 kernel alone on one core, on one core and on three (SetCores):
+// the same atoms, bit for bit.
 func TestKMeansLearnsAsWithoutPrefilter(t *testing.T) {
 	ks := prefilterKernels(t)
 	const k = 4096
 	rows := mnistRows(t, 100)
 	saved := fused
 	defer func() { fused = saved }()
-	learn := func(kn *kernel) *KMeans {
+	learn := func(kn *kernel, cores int) *KMeans {
 		fused = kn
 		km, _ := newTestKMeans(KMeansSettings{K: k, Dim: 36}, 11)
+		km.SetCores(cores)
 		if (km.packed.quant != nil) != (kn.pre != nil) {
 			t.Fatalf("%s: int8 atoms %v", kn.name, km.packed.quant != nil)
 		}
@@ -261,11 +263,14 @@ func TestKMeansLearnsAsWithoutPrefilter(t *testing.T) {
 	}
 	plain := *ks[0]
 	plain.pre = nil
-	want, got := learn(&plain), learn(ks[0])
-	if got.Seeded() != k {
-		t.Fatalf("seeded %d atoms of %d: the prefilter was not used", got.Seeded(), k)
-	}
-	if !slices.Equal(want.atoms.RawMatrix().Data, got.atoms.RawMatrix().Data) {
-		t.Error("the dictionaries differ")
+	want := learn(&plain, 1)
+	for _, cores := range []int{1, 3} {
+		got := learn(ks[0], cores)
+		if got.Seeded() != k {
+			t.Fatalf("seeded %d atoms of %d: the prefilter was not used", got.Seeded(), k)
+		}
+		if !slices.Equal(want.atoms.RawMatrix().Data, got.atoms.RawMatrix().Data) {
+			t.Errorf("the dictionaries differ, the prefilter on %d cores", cores)
+		}
 	}
 }
