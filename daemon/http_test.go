@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"image/png"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -122,6 +123,7 @@ func TestMetricsWhileLearning(t *testing.T) {
 	cfg := observedConfig(t, p)
 	cfg.Checkpoint.EverySamples = 200
 	d := startDaemon(t, cfg)
+	pl := map[string]string{"pipeline": "digits"}
 	nc := connect(t, d.ClientURL())
 	msgs := readStream(t, "mnist-train-1000.smtdrec")
 	bad := &record.Message{Header: nats.Header{HeaderShape: {"27,29"}, HeaderDtype: {"uint8"}}, Data: make([]byte, 784)}
@@ -139,9 +141,16 @@ func TestMetricsWhileLearning(t *testing.T) {
 		st := pipelineStatus(d, "digits")
 		return st.Learned == 1000 && st.Published == 1000
 	})
-	second := scrape(t, d)
+	// A batch's latency is observed once its outputs are handed to the
+	// publisher, which may have published them already.
+	minBatches := math.Ceil(1000 / float64(p.Batch.Size))
+	var second map[string]*dto.MetricFamily
+	waitFor(t, 10*time.Second, "the last batch's latency observed", func() bool {
+		second = scrape(t, d)
+		n, _ := metricValue(second, "smtd_batch_seconds", pl)
+		return n >= minBatches
+	})
 
-	pl := map[string]string{"pipeline": "digits"}
 	with := func(k, v string) map[string]string { return map[string]string{"pipeline": "digits", k: v} }
 	for _, s := range []struct {
 		name   string
@@ -195,7 +204,7 @@ func TestMetricsWhileLearning(t *testing.T) {
 	if n, _ := metricValue(second, "smtd_query_seconds", with("endpoint", "embed")); n != 1 {
 		t.Errorf("smtd_query_seconds{endpoint=embed} counts %v queries, want 1", n)
 	}
-	if n, _ := metricValue(second, "smtd_batch_seconds", pl); n < 1000/float64(p.Batch.Size) {
+	if n, _ := metricValue(second, "smtd_batch_seconds", pl); n < minBatches {
 		t.Errorf("smtd_batch_seconds counts %v batches for 1000 messages of batches of %d", n, p.Batch.Size)
 	}
 	if b, _ := metricValue(second, "smtd_checkpoint_bytes", pl); b < 1000 {
