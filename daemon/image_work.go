@@ -95,12 +95,12 @@ var errContribution = errors.New("smtd: malformed contribution")
 // τ = 0, a contribution is thus exactly the minibatch's share of a single
 // daemon's learning step.
 func (m *imageModel) contribute(batch []sample, src rand.Source, ahead, precision int) ([]byte, []output) {
-	m.extract(batch, false)
+	m.extract(batch, false, 1)
 	c := imageContribution{images: len(batch)}
 	m.white.Contribute(&c.white, &m.x, nil)
 	w := m.white.Clone()
 	_ = w.Apply([]*online.WhitenContribution{&c.white}) // as in learn: a failed refresh keeps the operator
-	m.whiten(w)
+	m.whiten(w, 1)
 	m.km.Contribute(&c.km, m.assign, nil, &m.w, m.blank, src, m.km.DeadWithin(ahead))
 	coder := m.km
 	if len(c.km.Seeds) > 0 {
