@@ -7,11 +7,11 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
-	"sync"
 
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/smtd/smtd/config"
+	"github.com/smtd/smtd/internal/parts"
 	"github.com/smtd/smtd/online"
 	"github.com/smtd/smtd/sgd"
 	"github.com/smtd/smtd/spectral"
@@ -221,11 +221,11 @@ func mustTune(err error) {
 // not depend on the split. Encoding, for a query or a reader, stays on
 // the caller's core.
 func (m *imageModel) prepare(batch []sample, observe bool) {
-	parts := 1
+	split := 1
 	if observe {
-		parts = batchParts(len(batch), m.cores)
+		split = batchParts(len(batch), m.cores)
 	}
-	m.extract(batch, observe, parts)
+	m.extract(batch, observe, split)
 	if observe {
 		m.yield()
 		// A failed refresh keeps the previous operator; it is retried at
@@ -233,7 +233,7 @@ func (m *imageModel) prepare(batch []sample, observe bool) {
 		_ = m.white.Observe(&m.x, nil)
 		m.yield()
 	}
-	m.whiten(m.white, parts)
+	m.whiten(m.white, split)
 }
 
 // batchParts is how many parts of whole images prepare cuts a learning
@@ -244,29 +244,17 @@ func batchParts(n, cores int) int {
 	return max(1, min(cores, n/yieldImages))
 }
 
-// inImageParts runs f(part, lo, hi) over the images 0…n−1 cut into parts
-// contiguous ranges, part 0 on the caller and each other on a goroutine
-// of its own, and returns when all are done.
-func inImageParts(n, parts int, f func(part, lo, hi int)) {
-	var wg sync.WaitGroup
-	for p := 1; p < parts; p++ {
-		wg.Go(func() { f(p, p*n/parts, (p+1)*n/parts) })
-	}
-	f(0, 0, n/parts)
-	wg.Wait()
-}
-
-// extract writes the centred patches of batch into m.x in parts ranges
-// of its images, part p > 0 with helper patcher p−1. Part 0, on the
+// extract writes the centred patches of batch into m.x in split ranges
+// of its images (parts.Run), part p > 0 with helper patcher p−1. Part 0, on the
 // caller, yields between groups of images when the model learns.
-func (m *imageModel) extract(batch []sample, learning bool, parts int) {
+func (m *imageModel) extract(batch []sample, learning bool, split int) {
 	g := m.patcher.Grid
 	n := g.Len()
 	resize(&m.x, len(batch)*n, g.Dim())
-	for len(m.helpers) < parts-1 {
+	for len(m.helpers) < split-1 {
 		m.helpers = append(m.helpers, online.Patcher{Grid: g, Mean: m.patcher.Mean, Context: m.patcher.Context})
 	}
-	inImageParts(len(batch), parts, func(part, lo, hi int) {
+	parts.Run(len(batch), split, func(part, lo, hi int) {
 		p := &m.patcher
 		if part > 0 {
 			p = &m.helpers[part-1]
@@ -281,13 +269,13 @@ func (m *imageModel) extract(batch []sample, learning bool, parts int) {
 }
 
 // whiten whitens the patches m.x with w into m.w, normalises them and
-// flags the blank ones, in parts ranges of whole images.
-func (m *imageModel) whiten(w *online.Whitener, parts int) {
+// flags the blank ones, in split ranges of whole images.
+func (m *imageModel) whiten(w *online.Whitener, split int) {
 	r, c := m.x.Dims()
 	resize(&m.w, r, c)
 	m.blank = slices.Grow(m.blank[:0], r)[:r]
 	n := m.patcher.Grid.Len()
-	inImageParts(r/n, parts, func(_, lo, hi int) {
+	parts.Run(r/n, split, func(_, lo, hi int) {
 		lo, hi = lo*n, hi*n
 		dst := m.w.Slice(lo, hi, 0, c).(*mat.Dense)
 		whitenSerial(w, dst, m.x.Slice(lo, hi, 0, c).(*mat.Dense))
@@ -494,7 +482,14 @@ func (m *imageModel) embedded(batch []sample) []output {
 	m.emb.Reset()
 	switch {
 	case m.code == config.CodeVQ:
-		m.smt.EmbedImagesVQ(&m.emb, m.assign, len(batch), g, m.pool)
+		// The images of a learning batch are embedded in ranges on the
+		// cores it may use, as prepare cuts them (a reader's m.cores is
+		// 0: one part).
+		n, cols := g.Len(), m.pool.Len(g, m.smt.Settings().Dim)
+		m.emb.ReuseAs(len(batch), cols)
+		parts.Run(len(batch), batchParts(len(batch), m.cores), func(_, lo, hi int) {
+			m.smt.EmbedImagesVQ(m.emb.Slice(lo, hi, 0, cols).(*mat.Dense), m.assign[lo*n:hi*n], hi-lo, g, m.pool)
+		})
 	case m.video:
 		m.smt.EmbedImagesWeighted(&m.emb, &m.codes, len(batch), g, m.pool)
 	default:

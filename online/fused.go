@@ -2,7 +2,8 @@ package online
 
 import (
 	"math"
-	"sync"
+
+	"github.com/smtd/smtd/internal/parts"
 )
 
 // The fused scoring kernels compute, for a block of unit rows x_i and the
@@ -283,19 +284,10 @@ func partsFor(blocks, work, cores int) int {
 }
 
 // inParts runs score(part, b0, b1) over the blocks 0…blocks−1 cut into
-// parts contiguous ranges, numbered from 0 in block order, each on a
-// goroutine of its own but the first, which runs on the caller. It
-// returns when all are done. Its callers score one part themselves
-// rather than build a closure for it: a closure that reaches a goroutine
-// is allocated.
-func inParts(blocks, parts int, score func(part, b0, b1 int)) {
-	var wg sync.WaitGroup
-	for p := 1; p < parts; p++ {
-		wg.Go(func() { score(p, p*blocks/parts, (p+1)*blocks/parts) })
-	}
-	score(0, 0, blocks/parts)
-	wg.Wait()
-}
+// parts contiguous ranges (parts.Run). Its callers score one part
+// themselves rather than build a closure for it: a closure that reaches
+// a goroutine is allocated.
+func inParts(blocks, n int, score func(part, b0, b1 int)) { parts.Run(blocks, n, score) }
 
 // firstMax reduces the per-lane maxima of one row to the first atom of
 // largest score: among the lanes holding the largest value, the smallest
