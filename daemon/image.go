@@ -78,8 +78,8 @@ type imageModel struct {
 	// nil in snapshots and readers.
 	between func()
 	// cores is how many cores the next learning step may use (learnOn):
-	// its k-means scoring, and the extraction and whitening of its
-	// patches (prepare).
+	// its k-means scoring, the extraction and whitening of its patches
+	// (prepare), its SMT gradient and its embeddings.
 	cores int
 }
 
@@ -87,6 +87,9 @@ func (m *imageModel) betweenStages(f func()) { m.between = f }
 
 func (m *imageModel) learnOn(cores int) {
 	m.km.SetCores(cores)
+	if m.smt != nil {
+		m.smt.SetCores(cores)
+	}
 	m.cores = cores
 }
 

@@ -391,3 +391,55 @@ func TestSMTStepGradientEqualsStep(t *testing.T) {
 		t.Error("summed gradients step unlike their union")
 	}
 }
+
+// An SMT whose gradients run on several goroutines (SetCores) takes the
+// same steps bit for bit as one on a single goroutine: f_vq and f_gq
+// codes, windows of range 2 (computed in three parts of the 24 images)
+// and whole grids (range 0, on the caller).
+func TestSMTStepOnCoresSameBits(t *testing.T) {
+	grid := online.PatchGrid{Width: 10, Height: 10, Size: 3} // 8×8 grid
+	const k, dim, images = 40, 4, 24
+	for _, tc := range []struct {
+		name  string
+		rng   int
+		multi bool
+	}{
+		{"vq/d=2", 2, false},
+		{"gq/d=2", 2, true},
+		{"vq/whole", 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ss := sgd.StatsSettings{K: k, Blank: sgd.BlankAtom, Range: tc.rng, MultiHot: tc.multi}
+			s := sgd.SMTSettings{K: k, Blank: sgd.BlankAtom, Dim: dim, LearningRate: 0.07, Gamma0: 1.5}
+			one, three := sgd.NewSMT(s, rand.NewPCG(1, 2)), sgd.NewSMT(s, rand.NewPCG(1, 2))
+			three.SetCores(3)
+			st := sgd.NewStats(ss)
+			rng := rand.New(rand.NewPCG(5, 6))
+			for step := 0; step < 3; step++ {
+				n := images * grid.Len()
+				var errOne, errThree error
+				if tc.multi {
+					c := randomGQ(rng, n, k, 0.2)
+					st.AddImagesGQ(c, images, grid)
+					errOne, errThree = one.StepImagesGQ(st, c, images, grid), three.StepImagesGQ(st, c, images, grid)
+				} else {
+					c := randomVQ(rng, n, k, 0.2)
+					st.AddImagesVQ(c, images, grid)
+					errOne, errThree = one.StepImagesVQ(st, c, images, grid), three.StepImagesVQ(st, c, images, grid)
+				}
+				if errOne != nil || errThree != nil {
+					t.Fatalf("step %d: %v on one core, %v on three", step, errOne, errThree)
+				}
+				a, b := one.P(), three.P()
+				r, c := a.Dims()
+				for i := range r {
+					for j := range c {
+						if x, y := a.At(i, j), b.At(i, j); math.Float64bits(x) != math.Float64bits(y) {
+							t.Fatalf("step %d: P[%d, %d] differs on three cores: %v against %v", step, i, j, y, x)
+						}
+					}
+				}
+			}
+		})
+	}
+}
