@@ -279,7 +279,9 @@ type Service struct {
 	LearnNice int `yaml:"learn_nice"`
 	// LearnCores is how many cores a pipeline's learning step may score
 	// its patches on (k-means learning and the codes: online.KMeans.
-	// SetCores) while the daemon serves no queries; a batch begun while
+	// SetCores; an image pipeline also extracts, whitens, takes its SMT
+	// gradient and embeds on them) while the daemon serves no queries; a
+	// batch begun while
 	// the daemon has received a query within the last second scores on
 	// one, so that the queries find the other cores free. The codes and
 	// the model are the same bit for bit on any number. 0 means

@@ -62,9 +62,10 @@ type stagedLearner interface {
 	betweenStages(f func())
 }
 
-// coresLearner is a model whose learning step can score on several
-// goroutines at once, with the same results as on one
-// (online.KMeans.SetCores). The pipeline sets the number before every
+// coresLearner is a model whose learning step can score (and, for
+// images, extract, whiten, step and embed) on several goroutines at
+// once, with the same results as on one (online.KMeans.SetCores,
+// sgd.SMT.SetCores). The pipeline sets the number before every
 // batch (Daemon.learnCores); snapshots and readers score on one.
 type coresLearner interface {
 	learnOn(cores int)
