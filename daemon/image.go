@@ -248,27 +248,36 @@ func batchParts(n, cores int) int {
 }
 
 // extract writes the centred patches of batch into m.x in split ranges
-// of its images (parts.Run), part p > 0 with helper patcher p−1. Part 0, on the
-// caller, yields between groups of images when the model learns.
+// of its images (parts.Run), part p > 0 with helper patcher p−1. Part 0, on
+// the caller, yields between groups of images when the model learns. One
+// part is extracted without a closure: the query path does not allocate.
 func (m *imageModel) extract(batch []sample, learning bool, split int) {
 	g := m.patcher.Grid
-	n := g.Len()
-	resize(&m.x, len(batch)*n, g.Dim())
+	resize(&m.x, len(batch)*g.Len(), g.Dim())
+	if split == 1 {
+		m.extractImages(batch, learning, 0, 0, len(batch))
+		return
+	}
 	for len(m.helpers) < split-1 {
 		m.helpers = append(m.helpers, online.Patcher{Grid: g, Mean: m.patcher.Mean, Context: m.patcher.Context})
 	}
-	parts.Run(len(batch), split, func(part, lo, hi int) {
-		p := &m.patcher
-		if part > 0 {
-			p = &m.helpers[part-1]
+	parts.Run(len(batch), split, func(part, lo, hi int) { m.extractImages(batch, learning, part, lo, hi) })
+}
+
+// extractImages is part part of extract: images lo…hi−1.
+func (m *imageModel) extractImages(batch []sample, learning bool, part, lo, hi int) {
+	p := &m.patcher
+	if part > 0 {
+		p = &m.helpers[part-1]
+	}
+	g := p.Grid
+	n := g.Len()
+	for i := lo; i < hi; i++ {
+		if learning && part == 0 && i > 0 && i%yieldImages == 0 {
+			m.yield()
 		}
-		for i := lo; i < hi; i++ {
-			if learning && part == 0 && i > 0 && i%yieldImages == 0 {
-				m.yield()
-			}
-			p.Extract(m.x.Slice(i*n, (i+1)*n, 0, g.Dim()).(*mat.Dense), batch[i].pixels)
-		}
-	})
+		p.Extract(m.x.Slice(i*n, (i+1)*n, 0, g.Dim()).(*mat.Dense), batch[i].pixels)
+	}
 }
 
 // whiten whitens the patches m.x with w into m.w, normalises them and
@@ -277,14 +286,24 @@ func (m *imageModel) whiten(w *online.Whitener, split int) {
 	r, c := m.x.Dims()
 	resize(&m.w, r, c)
 	m.blank = slices.Grow(m.blank[:0], r)[:r]
-	n := m.patcher.Grid.Len()
-	parts.Run(r/n, split, func(_, lo, hi int) {
-		lo, hi = lo*n, hi*n
-		dst := m.w.Slice(lo, hi, 0, c).(*mat.Dense)
-		whitenSerial(w, dst, m.x.Slice(lo, hi, 0, c).(*mat.Dense))
-		online.NormalizeRows(dst, m.minNorm, m.blank[lo:hi])
-	})
 	m.assign = slices.Grow(m.assign[:0], r)[:r]
+	if split == 1 {
+		m.whitenRows(w, 0, r)
+		return
+	}
+	n := m.patcher.Grid.Len()
+	parts.Run(r/n, split, func(_, lo, hi int) { m.whitenRows(w, lo*n, hi*n) })
+}
+
+// whitenRows is a part of whiten: rows lo…hi−1 (all of them: the
+// matrices themselves, not views, which would be allocated).
+func (m *imageModel) whitenRows(w *online.Whitener, lo, hi int) {
+	dst, x := &m.w, &m.x
+	if r, c := m.x.Dims(); lo > 0 || hi < r {
+		dst, x = m.w.Slice(lo, hi, 0, c).(*mat.Dense), m.x.Slice(lo, hi, 0, c).(*mat.Dense)
+	}
+	whitenSerial(w, dst, x)
+	online.NormalizeRows(dst, m.minNorm, m.blank[lo:hi])
 }
 
 // whitenSerial is w.Whiten(dst, x) (dst x.Rows×Dim, not empty) on the
@@ -482,20 +501,22 @@ func (m *imageModel) encode(batch []sample) []output {
 // embedded returns the pooled SMT embedding of each image of the batch.
 func (m *imageModel) embedded(batch []sample) []output {
 	g := m.patcher.Grid
-	m.emb.Reset()
 	switch {
 	case m.code == config.CodeVQ:
 		// The images of a learning batch are embedded in ranges on the
 		// cores it may use, as prepare cuts them (a reader's m.cores is
-		// 0: one part).
-		n, cols := g.Len(), m.pool.Len(g, m.smt.Settings().Dim)
-		m.emb.ReuseAs(len(batch), cols)
-		parts.Run(len(batch), batchParts(len(batch), m.cores), func(_, lo, hi int) {
-			m.smt.EmbedImagesVQ(m.emb.Slice(lo, hi, 0, cols).(*mat.Dense), m.assign[lo*n:hi*n], hi-lo, g, m.pool)
-		})
+		// 0: one part, and no closure).
+		resize(&m.emb, len(batch), m.pool.Len(g, m.smt.Settings().Dim))
+		if split := batchParts(len(batch), m.cores); split > 1 {
+			parts.Run(len(batch), split, func(_, lo, hi int) { m.embedImagesVQ(lo, hi) })
+		} else {
+			m.embedImagesVQ(0, len(batch))
+		}
 	case m.video:
+		m.emb.Reset()
 		m.smt.EmbedImagesWeighted(&m.emb, &m.codes, len(batch), g, m.pool)
 	default:
+		m.emb.Reset()
 		m.smt.EmbedImagesGQ(&m.emb, &m.codes, len(batch), g, m.pool)
 	}
 	out := make([]output, len(batch))
@@ -510,6 +531,18 @@ func (m *imageModel) embedded(batch []sample) []output {
 		out[i] = output{vector: v, source: s}
 	}
 	return out
+}
+
+// embedImagesVQ writes the embeddings of images lo…hi−1 of the batch,
+// coded by f_vq in m.assign, into their rows of m.emb (all of them: m.emb
+// itself, not a view).
+func (m *imageModel) embedImagesVQ(lo, hi int) {
+	g := m.patcher.Grid
+	n, dst := g.Len(), &m.emb
+	if r, c := m.emb.Dims(); lo > 0 || hi < r {
+		dst = m.emb.Slice(lo, hi, 0, c).(*mat.Dense)
+	}
+	m.smt.EmbedImagesVQ(dst, m.assign[lo*n:hi*n], hi-lo, g, m.pool)
 }
 
 // pooledCodes sums the codes of each image's patches (m.assign for f_vq,
