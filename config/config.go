@@ -281,14 +281,14 @@ type Service struct {
 	// its patches on (k-means learning and the codes: online.KMeans.
 	// SetCores; an image pipeline also extracts, whitens, takes its SMT
 	// gradient and embeds on them) while the daemon serves no queries; a
-	// batch begun while
-	// the daemon has received a query within the last second scores on
-	// one, so that the queries find the other cores free. The codes and
-	// the model are the same bit for bit on any number. 0 means
-	// GOMAXPROCS as the daemon started; 1 keeps every learner on one
-	// core, for a machine whose other cores belong to other work. On a
-	// 2-core machine 0 learns and assigns K = 4096 k-means 1.3 to 1.9
-	// times as fast as 1 (`smtd bench kmeans`, BENCHMARKS.md). Default 0.
+	// batch begun while the daemon has received a query within the last
+	// second scores on one, so that the queries find the other cores
+	// free. The codes and the model are the same bit for bit on any
+	// number. 0 means GOMAXPROCS as the daemon started; 1 keeps every
+	// learner on one core, for a machine whose other cores belong to
+	// other work. On a 2-core machine 0 learns and assigns K = 4096
+	// k-means 1.3 to 1.9 times as fast as 1 (`smtd bench kmeans`,
+	// BENCHMARKS.md). Default 0.
 	LearnCores int `yaml:"learn_cores"`
 }
 

@@ -109,8 +109,8 @@ const yieldImages = 8
 // buffer belongs to the workspace.
 type imageWork struct {
 	patcher online.Patcher
-	// helpers are the patchers of the parts of a batch extracted on
-	// more than one core beyond the first (prepare), grown as needed.
+	// helpers are the patchers of parts 1, 2, … of a batch extracted in
+	// parts (prepare); part 0 uses patcher. Grown as needed.
 	helpers []online.Patcher
 	x       mat.Dense // all patches of a batch, one per row
 	w       mat.Dense // whitened and normalised
@@ -239,8 +239,9 @@ func (m *imageModel) prepare(batch []sample, observe bool) {
 	m.whiten(m.white, split)
 }
 
-// batchParts is how many parts of whole images prepare cuts a learning
-// batch of n images into on cores cores: none of fewer than yieldImages
+// batchParts is how many parts of whole images a learning batch of n
+// images is cut into on cores cores (prepare, embedded): none of fewer
+// than yieldImages
 // images (about 1 ms of one core for 28x28 images), against the tens of
 // µs an idle core of a virtual machine can take to pick up a goroutine.
 func batchParts(n, cores int) int {
@@ -276,7 +277,7 @@ func (m *imageModel) extractImages(batch []sample, learning bool, part, lo, hi i
 		if learning && part == 0 && i > 0 && i%yieldImages == 0 {
 			m.yield()
 		}
-		p.Extract(m.x.Slice(i*n, (i+1)*n, 0, g.Dim()).(*mat.Dense), batch[i].pixels)
+		p.Extract(rowRange(&m.x, i*n, (i+1)*n), batch[i].pixels)
 	}
 }
 
@@ -295,15 +296,21 @@ func (m *imageModel) whiten(w *online.Whitener, split int) {
 	parts.Run(r/n, split, func(_, lo, hi int) { m.whitenRows(w, lo*n, hi*n) })
 }
 
-// whitenRows is a part of whiten: rows lo…hi−1 (all of them: the
-// matrices themselves, not views, which would be allocated).
+// whitenRows is a part of whiten: rows lo…hi−1.
 func (m *imageModel) whitenRows(w *online.Whitener, lo, hi int) {
-	dst, x := &m.w, &m.x
-	if r, c := m.x.Dims(); lo > 0 || hi < r {
-		dst, x = m.w.Slice(lo, hi, 0, c).(*mat.Dense), m.x.Slice(lo, hi, 0, c).(*mat.Dense)
-	}
-	whitenSerial(w, dst, x)
+	dst := rowRange(&m.w, lo, hi)
+	whitenSerial(w, dst, rowRange(&m.x, lo, hi))
 	online.NormalizeRows(dst, m.minNorm, m.blank[lo:hi])
+}
+
+// rowRange returns rows lo…hi−1 of a: a itself when they are all of its
+// rows, else a view, which is allocated (on an embed query's path, a
+// one-image batch is extracted, whitened and embedded without views).
+func rowRange(a *mat.Dense, lo, hi int) *mat.Dense {
+	if r, c := a.Dims(); lo > 0 || hi < r {
+		return a.Slice(lo, hi, 0, c).(*mat.Dense)
+	}
+	return a
 }
 
 // whitenSerial is w.Whiten(dst, x) (dst x.Rows×Dim, not empty) on the
@@ -325,7 +332,7 @@ func whitenSerial(w *online.Whitener, dst, x *mat.Dense) {
 	}
 	for i := 0; i < r; i += step {
 		j := min(i+step, r)
-		w.Whiten(dst.Slice(i, j, 0, c).(*mat.Dense), x.Slice(i, j, 0, c))
+		w.Whiten(rowRange(dst, i, j), rowRange(x, i, j))
 	}
 }
 
@@ -534,15 +541,10 @@ func (m *imageModel) embedded(batch []sample) []output {
 }
 
 // embedImagesVQ writes the embeddings of images lo…hi−1 of the batch,
-// coded by f_vq in m.assign, into their rows of m.emb (all of them: m.emb
-// itself, not a view).
+// coded by f_vq in m.assign, into their rows of m.emb.
 func (m *imageModel) embedImagesVQ(lo, hi int) {
 	g := m.patcher.Grid
-	n, dst := g.Len(), &m.emb
-	if r, c := m.emb.Dims(); lo > 0 || hi < r {
-		dst = m.emb.Slice(lo, hi, 0, c).(*mat.Dense)
-	}
-	m.smt.EmbedImagesVQ(dst, m.assign[lo*n:hi*n], hi-lo, g, m.pool)
+	m.smt.EmbedImagesVQ(rowRange(&m.emb, lo, hi), m.assign[lo*g.Len():hi*g.Len()], hi-lo, g, m.pool)
 }
 
 // pooledCodes sums the codes of each image's patches (m.assign for f_vq,

@@ -253,9 +253,9 @@ func (m *SMT) SetSettings(s SMTSettings) error {
 	return nil
 }
 
-// SetCores lets each later gradient of a step on image grids run on up
-// to n goroutines (n ≤ 1: the caller's only), each part a range of the
-// minibatch's images of at least gridsPerPart. Every r_i is computed as
+// SetCores lets each later gradient of a step run on up to n goroutines
+// (n ≤ 1: the caller's only), each part a range of at least gridsPerPart
+// of the minibatch's grids (images, or sentences). Every r_i is computed as
 // on one core and added in the same order: the step is the same bits
 // whatever n.
 func (m *SMT) SetCores(n int) { m.cores = n }
