@@ -508,6 +508,39 @@ func BenchmarkEmbedQuery(b *testing.B) {
 	}
 }
 
+// An embed query's encoding allocates only the views of whitenSerial's
+// slices of at most 192 patches (two each: patches and result) and the
+// outputs: a batch of one part is extracted, whitened and embedded
+// without the closures and views of the parts (prepare, embedded).
+func TestEncodeAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are not meaningful under -race")
+	}
+	p := config.DefaultPipeline(config.Image, "images")
+	m := newModel(&p, rand.NewPCG(p.Seed, 1))
+	var batch []sample
+	for _, r := range readStream(t, "mnist-train-1000.smtdrec")[:2*p.Batch.Size] {
+		s, err := decode(&p, r.Header, r.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		batch = append(batch, s)
+	}
+	for b := 0; b < len(batch); b += p.Batch.Size {
+		if _, err := m.learn(batch[b : b+p.Batch.Size]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := m.snapshot().reader(nil)
+	probe := batch[:1]
+	r.encode(probe)
+	patches := m.(*imageModel).patcher.Grid.Len()
+	want := float64(2*((patches+191)/192) + 1)
+	if got := testing.AllocsPerRun(50, func() { r.encode(probe) }); got > want {
+		t.Errorf("encoding one image allocates %v times, want at most %v", got, want)
+	}
+}
+
 // An embed request of a uniform image, whose patches are all blank, is
 // answered (with the blank code) once the model has learned, and the
 // daemon goes on serving: every input is validated before a model sees
