@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/smtd/smtd/internal/finite"
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/blas64"
 	"gonum.org/v1/gonum/lapack/lapack64"
@@ -477,22 +478,13 @@ func (n *Network) Lateral() *mat.SymDense {
 
 // Finite reports whether every parameter (W, q, L) is finite.
 func (n *Network) Finite() bool {
-	return allFinite(n.w.RawMatrix().Data) && allFinite(n.q) && allFinite(n.l)
-}
-
-func allFinite(s []float64) bool {
-	for _, v := range s {
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return false
-		}
-	}
-	return true
+	return finite.All(n.w.RawMatrix().Data) && finite.All(n.q) && finite.All(n.l)
 }
 
 // firstNonFinite returns the first row of x holding NaN or ±Inf, or −1.
 func firstNonFinite(x blas64.General) int {
 	for i := range x.Rows {
-		if !allFinite(x.Data[i*x.Stride : i*x.Stride+x.Cols]) {
+		if !finite.All(x.Data[i*x.Stride : i*x.Stride+x.Cols]) {
 			return i
 		}
 	}
@@ -600,7 +592,7 @@ func (n *Network) Step(dst *mat.Dense, x mat.Matrix) error {
 	n.feedforward(f, ds, dw, wk.xx, xd)
 	n.drive(y, f)
 	solve(y, n.fac, N)
-	if !allFinite(wk.y[:B*N]) {
+	if !finite.All(wk.y[:B*N]) {
 		return &StepError{Step: n.steps, Reason: "non-finite responses"}
 	}
 
@@ -642,7 +634,7 @@ func (n *Network) Step(dst *mat.Dense, x mat.Matrix) error {
 	if !bounded {
 		return &StepError{Step: n.steps, Reason: fmt.Sprintf("a lateral weight is beyond %v or not finite", maxL)}
 	}
-	if !allFinite(wk.w.RawMatrix().Data) || !allFinite(wk.q) {
+	if !finite.All(wk.w.RawMatrix().Data) || !finite.All(wk.q) {
 		return &StepError{Step: n.steps, Reason: "non-finite W or q"}
 	}
 	wk.fac = grow(wk.fac, N*N)

@@ -6,6 +6,7 @@ import (
 	"math"
 	"strings"
 
+	"github.com/smtd/smtd/internal/finite"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -54,16 +55,6 @@ func (e *CheckError) Error() string {
 
 // Unwrap returns the reason, one of the sentinel errors above.
 func (e *CheckError) Unwrap() error { return e.Err }
-
-// firstNonFinite returns the index of the first NaN or ±Inf of s, or −1.
-func firstNonFinite(s []float64) int {
-	for i, v := range s {
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return i
-		}
-	}
-	return -1
-}
 
 // Thresholds of Whitener.Check.
 const (
@@ -124,10 +115,10 @@ func (w *Whitener) Check() error {
 	if m.weight < 0 {
 		return bad("moments", -1, ErrNegative, fmt.Sprintf("weight %g", m.weight))
 	}
-	if i := firstNonFinite(m.mean); i >= 0 {
+	if i := finite.Index(m.mean); i >= 0 {
 		return bad("moments", i, ErrNonFinite, "mean")
 	}
-	if i := firstNonFinite(m.scatter); i >= 0 {
+	if i := finite.Index(m.scatter); i >= 0 {
 		return bad("moments", i, ErrNonFinite, "scatter")
 	}
 	var tr float64
@@ -139,10 +130,10 @@ func (w *Whitener) Check() error {
 		tr += v
 	}
 	op, inv := w.op.RawMatrix(), w.inv.RawMatrix()
-	if i := firstNonFinite(op.Data); i >= 0 {
+	if i := finite.Index(op.Data); i >= 0 {
 		return bad("operator", i, ErrNonFinite, "")
 	}
-	if i := firstNonFinite(inv.Data); i >= 0 {
+	if i := finite.Index(inv.Data); i >= 0 {
 		return bad("inverse operator", i, ErrNonFinite, "")
 	}
 	var big float64
@@ -209,7 +200,7 @@ func (k *KMeans) Check() error {
 	mean := make([]float64, d)
 	for j := range k.s.K {
 		row := raw.Data[j*raw.Stride : j*raw.Stride+d]
-		if firstNonFinite(row) >= 0 {
+		if finite.Index(row) >= 0 {
 			return bad("atoms", j, ErrNonFinite, "")
 		}
 		var ss float64
@@ -238,10 +229,10 @@ func (k *KMeans) Check() error {
 			return bad("atoms", -1, ErrCollapsed, fmt.Sprintf("mean cosine between the %d atoms is %.9f", k.seeded, c))
 		}
 	}
+	if j := finite.Index(k.counts); j >= 0 {
+		return bad("counts", j, ErrNonFinite, "")
+	}
 	for j, v := range k.counts {
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return bad("counts", j, ErrNonFinite, "")
-		}
 		if v < 0 {
 			return bad("counts", j, ErrNegative, fmt.Sprintf("N = %g", v))
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/smtd/smtd/internal/finite"
 	"github.com/smtd/smtd/internal/state"
 )
 
@@ -131,7 +132,7 @@ func (c *WhitenContribution) UnmarshalBinary(data []byte) error {
 	if !d.Done() {
 		return fmt.Errorf("%w: whiten contribution of %d bytes is truncated or too long", ErrFormat, len(data))
 	}
-	if !finite(mean) || !finite(scatter) {
+	if !finite.All(mean) || !finite.All(scatter) {
 		return fmt.Errorf("%w: whiten contribution with non-finite moments", ErrFormat)
 	}
 	for i := range n {
@@ -358,7 +359,7 @@ func (c *KMeansContribution) UnmarshalBinary(data []byte) error {
 			return fail("candidate keys not decreasing")
 		}
 	}
-	if !finite(c.Seeds) || !finite(c.Candidates) {
+	if !finite.All(c.Seeds) || !finite.All(c.Candidates) {
 		return fail("non-finite values")
 	}
 	if !unitRows(c.Seeds, dim) || !unitRows(c.Candidates, dim) {

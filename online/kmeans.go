@@ -11,6 +11,7 @@ import (
 	"gonum.org/v1/gonum/floats"
 	"gonum.org/v1/gonum/mat"
 
+	"github.com/smtd/smtd/internal/finite"
 	"github.com/smtd/smtd/internal/state"
 )
 
@@ -239,7 +240,7 @@ func (k *KMeans) Reseeds() int64 { return k.reseeds }
 
 // Finite reports whether every atom is finite (a caller's check for a
 // diverged dictionary).
-func (k *KMeans) Finite() bool { return finite(k.atoms.RawMatrix().Data) }
+func (k *KMeans) Finite() bool { return finite.All(k.atoms.RawMatrix().Data) }
 
 // Counts returns the cumulative counts N_j (decayed by Memory),
 // written into dst if it has length K (else into a new slice).

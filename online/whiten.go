@@ -11,6 +11,7 @@ import (
 	"gonum.org/v1/gonum/floats"
 	"gonum.org/v1/gonum/mat"
 
+	"github.com/smtd/smtd/internal/finite"
 	"github.com/smtd/smtd/internal/state"
 )
 
@@ -606,7 +607,7 @@ func (w *Whitener) bound(dst *WhitenContribution, x mat.Matrix, skip []bool) (*m
 		if w.omit[i] {
 			continue
 		}
-		if !finite(raw.Data[i*raw.Stride : i*raw.Stride+d]) {
+		if !finite.All(raw.Data[i*raw.Stride : i*raw.Stride+d]) {
 			w.omit[i] = true
 			dst.Rejected++
 			continue
@@ -737,7 +738,7 @@ func (w *Whitener) Refresh() error {
 		}
 		dst.Mul(w.tmp, w.vec.T())
 	}
-	if !finite(op.RawMatrix().Data) || !finite(inv.RawMatrix().Data) {
+	if !finite.All(op.RawMatrix().Data) || !finite.All(inv.RawMatrix().Data) {
 		return fmt.Errorf("%w: non-finite operator after %d rows", ErrEigen, w.rows)
 	}
 	// Symmetrise exactly, so that W = Wᵀ bit for bit.
@@ -758,16 +759,7 @@ func (w *Whitener) Refresh() error {
 }
 
 // Finite reports whether the operator is finite.
-func (w *Whitener) Finite() bool { return finite(w.op.RawMatrix().Data) }
-
-func finite(s []float64) bool {
-	for _, v := range s {
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return false
-		}
-	}
-	return true
-}
+func (w *Whitener) Finite() bool { return finite.All(w.op.RawMatrix().Data) }
 
 // Whiten writes x·W into dst (each row whitened; W is symmetric). dst must
 // be r×Dim for an r×Dim x, or empty, and must not alias x. It panics with

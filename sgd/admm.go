@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"sync"
 
+	"github.com/smtd/smtd/internal/finite"
 	"gonum.org/v1/gonum/floats"
 	"gonum.org/v1/gonum/mat"
 )
@@ -443,8 +444,8 @@ func (a *ADMM) Weights() mat.Matrix { return readOnly{a.w} }
 
 // Finite reports whether W and every running sum are finite.
 func (a *ADMM) Finite() bool {
-	return finite(a.w.RawMatrix().Data) && finite(a.sz) && finite(a.szz.RawMatrix().Data) &&
-		finite(a.szx.RawMatrix().Data) && finite(a.rx) && finite([]float64{a.n, a.rn, a.rxx, a.rse})
+	return finite.All(a.w.RawMatrix().Data) && finite.All(a.sz) && finite.All(a.szz.RawMatrix().Data) &&
+		finite.All(a.szx.RawMatrix().Data) && finite.All(a.rx) && finite.All([]float64{a.n, a.rn, a.rxx, a.rse})
 }
 
 // WarmStart replaces W by atoms (K×N, one atom per row), for example the
@@ -461,7 +462,7 @@ func (a *ADMM) WarmStart(atoms mat.Matrix) error {
 		panic(mat.ErrShape)
 	}
 	next := mat.DenseCopyOf(atoms)
-	if !finite(next.RawMatrix().Data) {
+	if !finite.All(next.RawMatrix().Data) {
 		return fmt.Errorf("sgd: ADMM warm start: atoms hold NaN or Inf")
 	}
 	next.Scale(1/a.WeightScale(), next)
@@ -794,7 +795,7 @@ func (a *ADMM) zStep(c *admmCodes, first, rest *mat.Dense, lip float64, track bo
 		}
 	}
 	for i := 0; i < rows; i++ {
-		if !finite(c.z.RawRowView(i)) {
+		if !finite.All(c.z.RawRowView(i)) {
 			return i
 		}
 	}
@@ -832,7 +833,7 @@ func (a *ADMM) Step(x *mat.Dense) error {
 		return nil
 	}
 	for i := 0; i < b; i++ {
-		if !finite(x.RawRowView(i)) {
+		if !finite.All(x.RawRowView(i)) {
 			return &ADMMError{Step: a.steps, Stage: "input", Row: i}
 		}
 	}
@@ -1033,7 +1034,7 @@ func (a *ADMM) wStep(next, cur, x *mat.Dense, eZero bool, om float64, last bool)
 		admmNormalizeRows(next, cur)
 	}
 	for j := 0; j < k; j++ {
-		if !finite(next.RawRowView(j)) {
+		if !finite.All(next.RawRowView(j)) {
 			return j
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"math"
 	"strings"
 
+	"github.com/smtd/smtd/internal/finite"
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/blas64"
 	"gonum.org/v1/gonum/mat"
@@ -61,19 +62,9 @@ func (c checker) fail(part string, i int, err error, detail string) error {
 	return &CheckError{Learner: string(c), Part: part, Index: i, Err: err, Detail: detail}
 }
 
-// nonFinite returns the first index of s holding NaN or ±Inf, or −1.
-func nonFinite(s []float64) int {
-	for i, v := range s {
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return i
-		}
-	}
-	return -1
-}
-
 // finiteAll checks that s is finite.
 func (c checker) finiteAll(part string, s []float64) error {
-	if i := nonFinite(s); i >= 0 {
+	if i := finite.Index(s); i >= 0 {
 		return c.fail(part, i, ErrNonFinite, "")
 	}
 	return nil
@@ -81,10 +72,10 @@ func (c checker) finiteAll(part string, s []float64) error {
 
 // counts checks that s is finite and non-negative.
 func (c checker) counts(part string, s []float64) error {
+	if i := finite.Index(s); i >= 0 {
+		return c.fail(part, i, ErrNonFinite, "")
+	}
 	for i, v := range s {
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return c.fail(part, i, ErrNonFinite, "")
-		}
 		if v < 0 {
 			return c.fail(part, i, ErrNegative, fmt.Sprintf("%g", v))
 		}
@@ -178,7 +169,7 @@ func (m *SMT) Check() error {
 	c := checker("SMT")
 	raw := m.pt.RawMatrix()
 	for a := range m.n {
-		if nonFinite(raw.Data[a*raw.Stride:a*raw.Stride+m.s.Dim]) >= 0 {
+		if finite.Index(raw.Data[a*raw.Stride:a*raw.Stride+m.s.Dim]) >= 0 {
 			return c.fail("P", a, ErrNonFinite, "")
 		}
 	}
@@ -271,7 +262,7 @@ func (wv *WordVectors) Check() error {
 	used := 0
 	for i, a := range wv.slots {
 		row := wv.unit.RawRowView(i)
-		if nonFinite(row) >= 0 {
+		if finite.Index(row) >= 0 {
 			return c.fail("vectors", a, ErrNonFinite, "")
 		}
 		var ss float64
@@ -328,7 +319,7 @@ func (a *ADMM) Check() error {
 	var ww float64
 	for i := range k {
 		row := wr.Data[i*wr.Stride : i*wr.Stride+n]
-		if nonFinite(row) >= 0 {
+		if finite.Index(row) >= 0 {
 			return c.fail("W", i, ErrNonFinite, "")
 		}
 		for _, v := range row {

@@ -8,6 +8,7 @@ import (
 
 	"gonum.org/v1/gonum/mat"
 
+	"github.com/smtd/smtd/internal/finite"
 	"github.com/smtd/smtd/internal/parts"
 	"github.com/smtd/smtd/internal/state"
 	"github.com/smtd/smtd/online"
@@ -298,7 +299,7 @@ func (m *SMT) SetP(p mat.Matrix) error {
 	}
 	next := mat.NewDense(m.n, m.s.Dim, nil)
 	next.Copy(p.T())
-	if !finite(next.RawMatrix().Data) {
+	if !finite.All(next.RawMatrix().Data) {
 		return fmt.Errorf("sgd: SetP: P holds NaN or Inf")
 	}
 	m.pt = next
@@ -307,7 +308,7 @@ func (m *SMT) SetP(p mat.Matrix) error {
 }
 
 // Finite reports whether every entry of P is finite.
-func (m *SMT) Finite() bool { return finite(m.pt.RawMatrix().Data) }
+func (m *SMT) Finite() bool { return finite.All(m.pt.RawMatrix().Data) }
 
 // refresh recomputes the unit rows after P changed.
 func (m *SMT) refresh() {
@@ -734,7 +735,7 @@ func (m *SMT) finishStep(st *Stats, cols int64) error {
 	if err := m.orthogonalize(st, mean); err != nil {
 		return err
 	}
-	if !finite(m.next.RawMatrix().Data) {
+	if !finite.All(m.next.RawMatrix().Data) {
 		return &StepError{Step: m.steps, Reason: "P became non-finite"}
 	}
 	m.pt, m.next = m.next, m.pt
@@ -912,7 +913,7 @@ func (m *SMT) UnmarshalBinary(data []byte) error {
 	if err := s.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrFormat, err)
 	}
-	if steps < 0 || bounded < 0 || drop > 1 || !finite(p) {
+	if steps < 0 || bounded < 0 || drop > 1 || !finite.All(p) {
 		return fmt.Errorf("%w: SMT values out of range", ErrFormat)
 	}
 	m.s = s

@@ -2,7 +2,6 @@ package sgd
 
 import (
 	"errors"
-	"math"
 )
 
 // Errors of UnmarshalBinary. Every error wraps one of them.
@@ -24,15 +23,6 @@ const (
 	kindStats = 'S'
 	kindSMT   = 'P'
 )
-
-func finite(s []float64) bool {
-	for _, v := range s {
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return false
-		}
-	}
-	return true
-}
 
 func grow[T any](s []T, n int) []T {
 	if cap(s) < n {

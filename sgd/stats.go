@@ -7,6 +7,7 @@ import (
 
 	"gonum.org/v1/gonum/mat"
 
+	"github.com/smtd/smtd/internal/finite"
 	"github.com/smtd/smtd/internal/state"
 	"github.com/smtd/smtd/online"
 )
@@ -792,7 +793,7 @@ func (st *Stats) UnmarshalBinary(data []byte) error {
 		return fmt.Errorf("%w: %w", ErrFormat, err)
 	}
 	if !(g > 0) || math.IsInf(g, 0) || !(w >= 0) || math.IsInf(w, 0) || !(wp >= 0) || math.IsInf(wp, 0) || rows < 0 || pairs < 0 || batches < 0 ||
-		!finite(vd) || !finite(ld) || !finite(vo.v) || !finite(lo.v) {
+		!finite.All(vd) || !finite.All(ld) || !finite.All(vo.v) || !finite.All(lo.v) {
 		return fmt.Errorf("%w: stats values out of range", ErrFormat)
 	}
 	st.s = s

@@ -8,6 +8,7 @@ import (
 	"gonum.org/v1/gonum/blas/blas64"
 	"gonum.org/v1/gonum/mat"
 
+	"github.com/smtd/smtd/internal/finite"
 	"github.com/smtd/smtd/internal/state"
 	"github.com/smtd/smtd/online"
 	"github.com/smtd/smtd/spectral"
@@ -819,7 +820,7 @@ func (ws *WordStats) UnmarshalBinary(data []byte) error {
 		return fmt.Errorf("%w: word stats state of %d bytes is truncated, too long or inconsistent", ErrFormat, len(data))
 	}
 	if !(c.g > 0) || math.IsInf(c.g, 0) || !(c.w >= 0) || math.IsInf(c.w, 0) || !(c.wp >= 0) || math.IsInf(c.wp, 0) ||
-		c.tokens < 0 || c.pairs < 0 || c.batches < 0 || c.prunes < 0 || !finite(c.vd) || slices.ContainsFunc(c.vd, func(x float64) bool { return x < 0 }) {
+		c.tokens < 0 || c.pairs < 0 || c.batches < 0 || c.prunes < 0 || !finite.All(c.vd) || slices.ContainsFunc(c.vd, func(x float64) bool { return x < 0 }) {
 		return fmt.Errorf("%w: word stats values out of range", ErrFormat)
 	}
 	*ws = *c
