@@ -330,22 +330,24 @@ func (s *scratch) packRowsAsAtoms(m, dim int) {
 }
 
 // candidateScores returns the scores of the m rows laid out by
-// packRowsAsAtoms against the n rows s.candRow[:n] of s.x: candidate t's
-// score of row c at scores[t*stride+c]. They are the float32 dot products
-// every other kernel call computes for that pair, bit for bit: the
-// kernels sum x_l·φ_l over l in the same order whichever of the two is
-// the atom. Scoring the few candidates against the rows as atoms, rather
-// than the rows against a panel of candidates, leaves no lanes of a
-// panel empty. The scores are valid until the workspace's next use.
-func (s *scratch) candidateScores(kn *kernel, m, n int) (scores []float32, stride int) {
-	f := &s.fused
+// packRowsAsAtoms against the rows cands of s.x, in the workspaces f and
+// candX: candidate t's score of row c at scores[t*stride+c]. They are the
+// float32 dot products every other kernel call computes for that pair,
+// bit for bit: the kernels sum x_l·φ_l over l in the same order whichever
+// of the two is the atom. Scoring the few candidates against the rows as
+// atoms, rather than the rows against a panel of candidates, leaves no
+// lanes of a panel empty. The scores are valid until f's next use. It
+// only reads s, so that calls with workspaces of their own may run at
+// once.
+func (s *scratch) candidateScores(kn *kernel, m int, cands []int, f *fusedScratch, candX *[]float64) (scores []float32, stride int) {
+	n := len(cands)
 	dim := s.rowAtoms.dim
-	s.candX = grow(s.candX, n*dim)
-	for t, c := range s.candRow[:n] {
-		copy(s.candX[t*dim:(t+1)*dim], s.x[c*dim:(c+1)*dim])
+	*candX = grow(*candX, n*dim)
+	for t, c := range cands {
+		copy((*candX)[t*dim:(t+1)*dim], s.x[c*dim:(c+1)*dim])
 	}
 	var blocks int
-	f.x, blocks = packRows(f.x, s.candX, n, dim, kn.rows)
+	f.x, blocks = packRows(f.x, *candX, n, dim, kn.rows)
 	rows := blocks * kn.rows
 	panels := panelsFor(m)
 	stride = panels*panelWidth + panelWidth/2 // the kernels' stores overhang
@@ -362,7 +364,7 @@ func (s *scratch) candidateScores(kn *kernel, m, n int) (scores []float32, strid
 	for p0 := 0; p0 < panels; p0 += step {
 		kn.above(f.x, blocks, dim, s.rowAtoms.data[p0*dim*panelWidth:], min(step, panels-p0), -2, f.pos, f.cos, f.idx)
 	}
-	for t, r := range s.candRow[:n] {
+	for t, r := range cands {
 		if int(f.pos[t])-t*stride != m {
 			// A score that is not a number, from a row whose float32
 			// copy is not finite (unit rows never are): the kernel left

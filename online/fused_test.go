@@ -385,11 +385,10 @@ func TestCandidateScoresNotFinite(t *testing.T) {
 	for _, kn := range kernels() {
 		var s, ref scratch
 		s.x, ref.x = x, c.x
-		s.candRow, ref.candRow = cand, cand
 		s.packRowsAsAtoms(m, dim)
 		ref.packRowsAsAtoms(m, dim)
-		scores, stride := s.candidateScores(kn, m, len(cand))
-		want, _ := ref.candidateScores(kn, m, len(cand))
+		scores, stride := s.candidateScores(kn, m, cand, &s.fused, &s.candX)
+		want, _ := ref.candidateScores(kn, m, cand, &ref.fused, &ref.candX)
 		for k, row := range cand {
 			for r := range m {
 				got := float64(scores[k*stride+r])
@@ -422,9 +421,8 @@ func TestCandidateScores(t *testing.T) {
 		for _, kn := range kernels() {
 			var s scratch
 			s.x = c.x
-			s.candRow = cand
 			s.packRowsAsAtoms(tc.m, tc.dim)
-			scores, stride := s.candidateScores(kn, tc.m, tc.n)
+			scores, stride := s.candidateScores(kn, tc.m, cand, &s.fused, &s.candX)
 
 			var ref scratch // the rows against a panel of candidates
 			pack := newPackedAtoms(panelWidth, tc.dim)

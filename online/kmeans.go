@@ -12,6 +12,7 @@ import (
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/smtd/smtd/internal/finite"
+	"github.com/smtd/smtd/internal/parts"
 	"github.com/smtd/smtd/internal/state"
 )
 
@@ -593,49 +594,45 @@ func (k *KMeans) seed(m int, cur int64) {
 	}
 	trials := min(2+int(math.Log(float64(k.s.K))), panelWidth)
 	w.candRow = grow(w.candRow, trials)
-	var pots [panelWidth]float64
-	pot := pots[:trials]
+	var pots, draws [panelWidth]float64
+	pot, u := pots[:trials], draws[:trials]
+	var trialScores [panelWidth][]float32 // each trial's scores of the rows
 	w.packRowsAsAtoms(m, dim)
 	var total float64
 	for _, c := range w.cos[:m] {
 		total += seedWeight(c, tol)
 	}
+	cos := w.cos[:m]
+	// Each part of the trials draws its candidates, scores them and sums
+	// their potentials; every trial's sums run over the rows in order,
+	// whatever the parts, so the atoms do not depend on them.
+	split := seedSplit(m, trials, k.cores)
+	w.seeds = grow(w.seeds, split-1)
+	part := func(p, t0, t1 int) {
+		f, candX := &w.fused, &w.candX
+		if p > 0 {
+			f, candX = &w.seeds[p-1].fused, &w.seeds[p-1].candX
+		}
+		for t := t0; t < t1; t++ {
+			w.candRow[t] = seedPick(cos, u[t], tol)
+		}
+		scores, stride := w.candidateScores(fused, m, w.candRow[t0:t1], f, candX)
+		for t := t0; t < t1; t++ {
+			trialScores[t] = scores[(t-t0)*stride:][:m]
+		}
+		seedPotentials(pot[t0:t1], cos, trialScores[t0:t1], tol)
+	}
 	for k.seeded < k.s.K {
 		if !(total > 0) {
 			return // every row is already an atom
 		}
-		for t := 0; t < trials; t++ {
-			u := k.rng.Float64() * total
-			pick := -1
-			for c, cs := range w.cos[:m] {
-				if wt := seedWeight(cs, tol); wt > 0 {
-					pick = c
-					if u -= wt; u < 0 {
-						break
-					}
-				}
-			}
-			w.candRow[t] = pick
+		for t := range u {
+			u[t] = k.rng.Float64() * total
 		}
-		scores, stride := w.candidateScores(fused, m, trials)
-		// Each trial's potential is summed over the rows in order, as is
-		// the total below, four trials at a time in four registers (a
-		// group past the last trial sums the last one again, dropped).
-		cos := w.cos[:m]
-		trial := func(t int) []float32 { // its scores, as long as cos
-			t = min(t, trials-1)
-			return scores[t*stride:][:len(cos)]
-		}
-		for t0 := 0; t0 < trials; t0 += 4 {
-			s0, s1, s2, s3 := trial(t0), trial(t0+1), trial(t0+2), trial(t0+3)
-			var p0, p1, p2, p3 float64
-			for c, cs := range cos {
-				p0 += seedWeight(max(cs, float64(s0[c])), tol)
-				p1 += seedWeight(max(cs, float64(s1[c])), tol)
-				p2 += seedWeight(max(cs, float64(s2[c])), tol)
-				p3 += seedWeight(max(cs, float64(s3[c])), tol)
-			}
-			copy(pot[t0:], []float64{p0, p1, p2, p3})
+		if split == 1 {
+			part(0, 0, trials)
+		} else {
+			parts.Run(trials, split, part)
 		}
 		best, bestPot := 0, math.Inf(1)
 		for t, p := range pot {
@@ -645,7 +642,7 @@ func (k *KMeans) seed(m int, cur int64) {
 		}
 		picked := w.candRow[best]
 		total = 0
-		sb := trial(best)
+		sb := trialScores[best]
 		for c := range cos {
 			cs := 1.0
 			if c != picked {
@@ -656,6 +653,73 @@ func (k *KMeans) seed(m int, cur int64) {
 		}
 		add(picked)
 	}
+}
+
+// seedSplitWork is the least rows × trials of a seeding step cut into
+// parts: each part of a step scores at least one block of candidates
+// against every row, and below this a part takes less time than handing
+// it to another goroutine.
+const seedSplitWork = 1 << 15
+
+// seedSplit returns how many parts seed cuts the trials of a step over m
+// rows into on cores goroutines.
+func seedSplit(m, trials, cores int) int {
+	if cores <= 1 || m*trials < seedSplitWork {
+		return 1
+	}
+	return min(cores, trials)
+}
+
+// seedPick returns the row drawn by u, uniform in [0, Σ weights): the
+// first row of positive weight at which u, less the weights of the rows
+// up to it, falls below 0 (the last such row if rounding leaves u ≥ 0).
+func seedPick(cos []float64, u, tol float64) int {
+	pick := -1
+	for c, cs := range cos {
+		if wt := seedWeight(cs, tol); wt > 0 {
+			pick = c
+			if u -= wt; u < 0 {
+				break
+			}
+		}
+	}
+	return pick
+}
+
+// seedPotentials sets pot[t] to the potential the rows would have with
+// candidate t as one more atom, Σ_c seedWeight(max(cos[c], scores[t][c])),
+// summed over the rows in order, four trials at a time in four registers
+// (a group past the last trial sums the last one again, dropped).
+func seedPotentials(pot, cos []float64, scores [][]float32, tol float64) {
+	n := len(pot)
+	trial := func(t int) []float32 { return scores[min(t, n-1)][:len(cos)] }
+	for t0 := 0; t0 < n; t0 += 4 {
+		s0, s1, s2, s3 := trial(t0), trial(t0+1), trial(t0+2), trial(t0+3)
+		var p0, p1, p2, p3 float64
+		for c, cs := range cos {
+			p0 += seedWeightAbove(cs, s0[c], tol)
+			p1 += seedWeightAbove(cs, s1[c], tol)
+			p2 += seedWeightAbove(cs, s2[c], tol)
+			p3 += seedWeightAbove(cs, s3[c], tol)
+		}
+		copy(pot[t0:], []float64{p0, p1, p2, p3})
+	}
+}
+
+// seedWeightAbove is seedWeight(max(c, float64(s)), tol) for a finite c:
+// 1 − max(c, s) = min(1 − c, 1 − s) exactly, as rounding 1 − x is
+// monotone in x, a NaN s gives weight 0 as there, and the comparison
+// compiles to fewer instructions than the builtin max, which also orders
+// signed zeros (1 − x is the same for both).
+func seedWeightAbove(c float64, s float32, tol float64) float64 {
+	d := 1 - c
+	if e := 1 - float64(s); !(e >= d) {
+		d = e
+	}
+	if d > tol {
+		return d
+	}
+	return 0
 }
 
 // seedWeight is the k-means++ weight of a row whose nearest atom has

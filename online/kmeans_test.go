@@ -592,6 +592,45 @@ func TestKMeansAssignAllBlank(t *testing.T) {
 	}
 }
 
+// TestKMeansSeedCoresSameBits checks that seeding a dictionary from one
+// large minibatch, its trials cut into parts (seedSplit), picks the same
+// atoms on two and three goroutines as on one.
+func TestKMeansSeedCoresSameBits(t *testing.T) {
+	x, blank := mnistPatches(t, 40)
+	_, dim := x.Dims()
+	const k, batch = 300, 9000
+	b := x.Slice(0, batch, 0, dim)
+	rows := batch - countTrue(blank[:batch])
+	if trials := 2 + int(math.Log(k)); seedSplit(rows, trials, 3) != 3 {
+		t.Fatalf("seeding from %d rows is cut into %d parts; the test needs three", rows, seedSplit(rows, trials, 3))
+	}
+	var one []byte
+	for cores := 1; cores <= 3; cores++ {
+		km, _ := newTestKMeans(KMeansSettings{K: k, Dim: dim}, 29)
+		km.SetCores(cores)
+		km.Learn(b, blank[:batch])
+		if km.Seeded() != k {
+			t.Fatalf("%d atoms seeded of %d", km.Seeded(), k)
+		}
+		got, _ := km.MarshalBinary()
+		if cores == 1 {
+			one = got
+		} else if !bytes.Equal(got, one) {
+			t.Errorf("the dictionary seeded on %d goroutines differs from the one seeded on one", cores)
+		}
+	}
+}
+
+func countTrue(b []bool) int {
+	n := 0
+	for _, v := range b {
+		if v {
+			n++
+		}
+	}
+	return n
+}
+
 // TestKMeansCoresSameBits checks that a dictionary scoring on several
 // goroutines (SetCores) learns and codes exactly as one on a single
 // goroutine: whitened MNIST patches, K not a multiple of the panel width,

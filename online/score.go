@@ -40,10 +40,18 @@ type scratch struct {
 	rowAtoms packedAtoms // the compacted rows as atoms, for seeding
 	candRow  []int       // the compacted row of each seeding candidate
 	candX    []float64   // those rows
+	seeds    []seedPart  // parts 1, 2, … of a seeding step's candidates
 
 	fused fusedScratch
 	codes []codesPart        // the parts of codesFused
 	pre   []prefilterScratch // parts 1, 2, … of argmaxPrefiltered
+}
+
+// seedPart is the workspace of one part of the candidates of a seeding
+// step (KMeans.seed) after the first, which uses the scratch's own.
+type seedPart struct {
+	fused fusedScratch
+	candX []float64
 }
 
 func grow[T any](s []T, n int) []T {
