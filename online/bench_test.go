@@ -3,6 +3,7 @@ package online
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 
 	"gonum.org/v1/gonum/mat"
@@ -44,13 +45,19 @@ func BenchmarkKMeansLearn(b *testing.B) {
 
 // BenchmarkKMeansSeed measures the first minibatch of a dictionary of
 // 4096 atoms, 13,000 whitened MNIST patches (those of 32 images), which
-// seeds every atom from it (k-means++ with 10 trials an atom).
+// seeds every atom from it (k-means++ with 10 trials an atom), on one
+// core and with its trials in parts on GOMAXPROCS (SetCores).
 func BenchmarkKMeansSeed(b *testing.B) {
 	const m = 13000
 	x := mat.NewDense(m, 36, mnistRows(b, 100)[:m*36])
-	for b.Loop() {
-		km, _ := newTestKMeans(KMeansSettings{K: 4096, Dim: 36}, 11)
-		km.Learn(x, nil)
+	for _, cores := range []int{1, runtime.GOMAXPROCS(0)} {
+		b.Run(fmt.Sprintf("cores=%d", cores), func(b *testing.B) {
+			for b.Loop() {
+				km, _ := newTestKMeans(KMeansSettings{K: 4096, Dim: 36}, 11)
+				km.SetCores(cores)
+				km.Learn(x, nil)
+			}
+		})
 	}
 }
 

@@ -688,12 +688,29 @@ func seedPick(cos []float64, u, tol float64) int {
 
 // seedPotentials sets pot[t] to the potential the rows would have with
 // candidate t as one more atom, Σ_c seedWeight(max(cos[c], scores[t][c])),
-// summed over the rows in order, four trials at a time in four registers
-// (a group past the last trial sums the last one again, dropped).
+// summed over the rows in order: four trials at a time in four registers,
+// or the last five or six in six (a group past the last trial sums the
+// last one again, dropped). A pass over the rows costs about the same
+// for one trial as for four, each sum waiting on its last addition, so
+// five or six trials take one pass, not two.
 func seedPotentials(pot, cos []float64, scores [][]float32, tol float64) {
 	n := len(pot)
 	trial := func(t int) []float32 { return scores[min(t, n-1)][:len(cos)] }
 	for t0 := 0; t0 < n; t0 += 4 {
+		if left := n - t0; left == 5 || left == 6 {
+			s0, s1, s2, s3, s4, s5 := trial(t0), trial(t0+1), trial(t0+2), trial(t0+3), trial(t0+4), trial(t0+5)
+			var p0, p1, p2, p3, p4, p5 float64
+			for c, cs := range cos {
+				p0 += seedWeightAbove(cs, s0[c], tol)
+				p1 += seedWeightAbove(cs, s1[c], tol)
+				p2 += seedWeightAbove(cs, s2[c], tol)
+				p3 += seedWeightAbove(cs, s3[c], tol)
+				p4 += seedWeightAbove(cs, s4[c], tol)
+				p5 += seedWeightAbove(cs, s5[c], tol)
+			}
+			copy(pot[t0:], []float64{p0, p1, p2, p3, p4, p5})
+			return
+		}
 		s0, s1, s2, s3 := trial(t0), trial(t0+1), trial(t0+2), trial(t0+3)
 		var p0, p1, p2, p3 float64
 		for c, cs := range cos {
