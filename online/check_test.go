@@ -398,6 +398,8 @@ func TestKMeansCheck(t *testing.T) {
 		}, "atoms", -1, ErrCollapsed},
 		{"NaN count", healthy, func(k *KMeans) { k.counts[3] = math.NaN() }, "counts", 3, ErrNonFinite},
 		{"negative count", healthy, func(k *KMeans) { k.counts[4] = -1 }, "counts", 4, ErrNegative},
+		{"negative count before a NaN one", healthy, func(k *KMeans) { k.counts[2], k.counts[5] = -1, math.NaN() }, "counts", 2, ErrNegative},
+		{"NaN count before a negative one", healthy, func(k *KMeans) { k.counts[2], k.counts[5] = math.NaN(), -1 }, "counts", 2, ErrNonFinite},
 	} {
 		k := tc.km.Clone()
 		tc.corrupt(k)

@@ -337,8 +337,8 @@ func (s *scratch) packRowsAsAtoms(m, dim int) {
 // of the two is the atom. Scoring the few candidates against the rows as
 // atoms, rather than the rows against a panel of candidates, leaves no
 // lanes of a panel empty. The scores are valid until f's next use. It
-// only reads s, so that calls with workspaces of their own may run at
-// once.
+// writes only through f and candX, so that calls with workspaces of their
+// own may run at once.
 func (s *scratch) candidateScores(kn *kernel, m int, cands []int, f *fusedScratch, candX *[]float64) (scores []float32, stride int) {
 	n := len(cands)
 	dim := s.rowAtoms.dim

@@ -621,6 +621,58 @@ func TestKMeansSeedCoresSameBits(t *testing.T) {
 	}
 }
 
+// TestSeedWeightAbove checks seedWeightAbove against the weight it
+// stands for, seedWeight of the larger of the two cosines, on signed
+// zeros, values about 1 ± tol, infinities, NaN scores and float32
+// roundings, bit for bit.
+func TestSeedWeightAbove(t *testing.T) {
+	const tol = 1e-6
+	inf := math.Inf(1)
+	cs := []float64{0, math.Copysign(0, -1), 1, -1, 1 - tol, 1 - 2*tol, 1 + tol, 0.3, 0.7000001, inf, -inf}
+	ss := []float32{0, float32(math.Copysign(0, -1)), 1, -1, 1 - tol, 1 - 2*tol, 0.3, 0.7000001, float32(inf), float32(-inf), float32(math.NaN())}
+	for _, c := range cs {
+		for _, s := range ss {
+			want := seedWeight(max(c, float64(s)), tol)
+			if got := seedWeightAbove(c, s, tol); math.Float64bits(got) != math.Float64bits(want) {
+				t.Errorf("seedWeightAbove(%v, %v) = %v, want %v", c, s, got, want)
+			}
+		}
+	}
+}
+
+// TestSeedPotentials checks the grouped sums of seedPotentials against
+// one plain sum a trial, bit for bit, for 1 to 16 trials (groups of four,
+// and a last group of five or six), with a NaN among the scores.
+func TestSeedPotentials(t *testing.T) {
+	const m, tol = 1001, 1e-6
+	rng := rand.New(rand.NewPCG(3, 4))
+	cos := make([]float64, m)
+	for i := range cos {
+		cos[i] = rng.Float64()*1.2 - 0.2
+	}
+	scores := make([][]float32, 16)
+	for t := range scores {
+		scores[t] = make([]float32, m)
+		for i := range scores[t] {
+			scores[t][i] = float32(rng.Float64()*2 - 1)
+		}
+	}
+	scores[3][17] = float32(math.NaN())
+	for n := 1; n <= len(scores); n++ {
+		pot := make([]float64, n)
+		seedPotentials(pot, cos, scores[:n], tol)
+		for tr := range n {
+			var want float64
+			for c, cs := range cos {
+				want += seedWeight(max(cs, float64(scores[tr][c])), tol)
+			}
+			if math.Float64bits(pot[tr]) != math.Float64bits(want) {
+				t.Errorf("%d trials: potential %d = %v, want %v", n, tr, pot[tr], want)
+			}
+		}
+	}
+}
+
 func countTrue(b []bool) int {
 	n := 0
 	for _, v := range b {

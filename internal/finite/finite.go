@@ -10,9 +10,10 @@ import "math"
 //
 // It first sums v·0 over s in four independent chains: the product is ±0
 // for a finite v and NaN for NaN and ±Inf, so the sums stay zero exactly
-// when every element is finite. Only then, or to find the index, does it
-// test elements one by one. That is about five times faster than testing
-// each element with math.IsNaN and math.IsInf.
+// when every element is finite. Only when they do not does it test the
+// elements one by one, to find the first. On a finite s that is about
+// five times faster than testing each element with math.IsNaN and
+// math.IsInf.
 func Index(s []float64) int {
 	var a0, a1, a2, a3 float64
 	i := 0
