@@ -138,6 +138,21 @@ func readStream(t testing.TB, name string) []*record.Message {
 	return msgs
 }
 
+// decodeSamples decodes recorded input messages of pipeline p, every one
+// of which must be valid.
+func decodeSamples(t testing.TB, p *config.Pipeline, msgs []*record.Message) []sample {
+	t.Helper()
+	out := make([]sample, 0, len(msgs))
+	for _, r := range msgs {
+		s, err := decode(p, r.Header, r.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
 func natsMsg(subject string, h nats.Header, data []byte) *nats.Msg {
 	m := nats.NewMsg(subject)
 	for k, v := range h {

@@ -241,9 +241,9 @@ func (m *imageModel) prepare(batch []sample, observe bool) {
 
 // batchParts is how many parts of whole images a learning batch of n
 // images is cut into on cores cores (prepare, embedded): none of fewer
-// than yieldImages
-// images (about 1 ms of one core for 28x28 images), against the tens of
-// µs an idle core of a virtual machine can take to pick up a goroutine.
+// than yieldImages images (about 1 ms of one core for 28x28 images),
+// against the tens of µs an idle core of a virtual machine can take to
+// pick up a goroutine.
 func batchParts(n, cores int) int {
 	return max(1, min(cores, n/yieldImages))
 }

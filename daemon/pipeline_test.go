@@ -416,15 +416,7 @@ func TestCoreOutputsCarryTheirOwnVectors(t *testing.T) {
 func BenchmarkSettle(b *testing.B) {
 	p := config.DefaultPipeline(config.Image, "images")
 	p.KMeans.Atoms = 4096
-	msgs := readStream(b, "mnist-train-1000.smtdrec")
-	var batch []sample
-	for _, r := range msgs[:p.Batch.Size] {
-		s, err := decode(&p, r.Header, r.Data)
-		if err != nil {
-			b.Fatal(err)
-		}
-		batch = append(batch, s)
-	}
+	batch := decodeSamples(b, &p, readStream(b, "mnist-train-1000.smtdrec")[:p.Batch.Size])
 	m := newModel(&p, rand.NewPCG(p.Seed, 1)).(*imageModel)
 	if _, err := m.learn(batch); err != nil {
 		b.Fatal(err)

@@ -18,7 +18,6 @@ import (
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/smtd/smtd/config"
-	"github.com/smtd/smtd/record"
 )
 
 // fakeRequest records the error reply of a micro handler.
@@ -434,25 +433,14 @@ func BenchmarkEmbedNewSnapshot(b *testing.B) {
 	p := config.DefaultPipeline(config.Image, "images")
 	m := newModel(&p, rand.NewPCG(p.Seed, 1))
 	msgs := readStream(b, "mnist-train-1000.smtdrec")
-	decodeAll := func(msgs []*record.Message) []sample {
-		var out []sample
-		for _, r := range msgs {
-			s, err := decode(&p, r.Header, r.Data)
-			if err != nil {
-				b.Fatal(err)
-			}
-			out = append(out, s)
-		}
-		return out
-	}
-	train := decodeAll(msgs[:10*p.Batch.Size])
+	train := decodeSamples(b, &p, msgs[:10*p.Batch.Size])
 	for i := 0; i < len(train); i += p.Batch.Size {
 		if _, err := m.learn(train[i : i+p.Batch.Size]); err != nil {
 			b.Fatal(err)
 		}
 	}
 	snap := m.snapshot()
-	probe := decodeAll(msgs[len(msgs)-1:])
+	probe := decodeSamples(b, &p, msgs[len(msgs)-1:])
 	b.Run("reader", func(b *testing.B) {
 		r := snap.reader(nil)
 		r.encode(probe)
@@ -480,17 +468,10 @@ func BenchmarkEmbedQuery(b *testing.B) {
 			p := config.DefaultPipeline(config.Image, "images")
 			p.KMeans.Atoms = k
 			m := newModel(&p, rand.NewPCG(p.Seed, 1))
-			var batch []sample
-			for _, r := range msgs[:20*p.Batch.Size] {
-				s, err := decode(&p, r.Header, r.Data)
-				if err != nil {
+			train := decodeSamples(b, &p, msgs[:20*p.Batch.Size])
+			for i := 0; i < len(train); i += p.Batch.Size {
+				if _, err := m.learn(train[i : i+p.Batch.Size]); err != nil {
 					b.Fatal(err)
-				}
-				if batch = append(batch, s); len(batch) == p.Batch.Size {
-					if _, err := m.learn(batch); err != nil {
-						b.Fatal(err)
-					}
-					batch = batch[:0]
 				}
 			}
 			last := msgs[len(msgs)-1]
@@ -518,14 +499,7 @@ func TestEncodeAllocs(t *testing.T) {
 	}
 	p := config.DefaultPipeline(config.Image, "images")
 	m := newModel(&p, rand.NewPCG(p.Seed, 1))
-	var batch []sample
-	for _, r := range readStream(t, "mnist-train-1000.smtdrec")[:2*p.Batch.Size] {
-		s, err := decode(&p, r.Header, r.Data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		batch = append(batch, s)
-	}
+	batch := decodeSamples(t, &p, readStream(t, "mnist-train-1000.smtdrec")[:2*p.Batch.Size])
 	for b := 0; b < len(batch); b += p.Batch.Size {
 		if _, err := m.learn(batch[b : b+p.Batch.Size]); err != nil {
 			t.Fatal(err)
@@ -639,14 +613,7 @@ func TestLearnOnSeveralCores(t *testing.T) {
 			three := newModel(&p, rand.NewPCG(p.Seed, 1))
 			three.(coresLearner).learnOn(3)
 			for b := 0; b < len(msgs); b += 32 {
-				var batch []sample
-				for _, r := range msgs[b : b+32] {
-					s, err := decode(&p, r.Header, r.Data)
-					if err != nil {
-						t.Fatal(err)
-					}
-					batch = append(batch, s)
-				}
+				batch := decodeSamples(t, &p, msgs[b:b+32])
 				want, werr := one.learn(batch)
 				got, gerr := three.learn(batch)
 				if (werr == nil) != (gerr == nil) {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"strings"
+
+	"github.com/smtd/smtd/internal/finite"
 )
 
 // Reasons of a failed Check. Every error of Check is a *CheckError
@@ -78,11 +80,11 @@ func (n *Network) Check() error {
 	bad := func(part string, i int, err error, detail string) error {
 		return &CheckError{Part: part, Index: i, Err: err, Detail: detail}
 	}
-	if i := firstNaNOrInf(n.w.RawMatrix().Data); i >= 0 {
+	if i := finite.Index(n.w.RawMatrix().Data); i >= 0 {
 		return bad("W", i, ErrNotFinite, "")
 	}
 	for _, s := range [][]float64{n.ww, n.self, n.h} {
-		if i := firstNaNOrInf(s); i >= 0 {
+		if i := finite.Index(s); i >= 0 {
 			return bad("W", i, ErrNotFinite, "a term derived from W")
 		}
 	}
@@ -90,7 +92,7 @@ func (n *Network) Check() error {
 	if n.s.Mixing {
 		qpart = "Q"
 	}
-	if i := firstNaNOrInf(n.q); i >= 0 {
+	if i := finite.Index(n.q); i >= 0 {
 		return bad(qpart, i, ErrNotFinite, "")
 	}
 	if n.s.Mixing {
@@ -111,7 +113,7 @@ func (n *Network) Check() error {
 			}
 		}
 	}
-	if i := firstNaNOrInf(n.l); i >= 0 {
+	if i := finite.Index(n.l); i >= 0 {
 		return bad("L", i, ErrNotFinite, "")
 	}
 	var big float64
@@ -129,7 +131,7 @@ func (n *Network) Check() error {
 			}
 		}
 	}
-	if i := firstNaNOrInf(n.fac); i >= 0 {
+	if i := finite.Index(n.fac); i >= 0 {
 		return bad("factor", i, ErrNotFinite, "")
 	}
 	fac := make([]float64, N*N)
@@ -137,14 +139,4 @@ func (n *Network) Check() error {
 		return bad("L", -1, ErrNotPositiveDefinite, fmt.Sprintf("λ = %g", n.s.lambda()))
 	}
 	return nil
-}
-
-// firstNaNOrInf returns the index of the first NaN or ±Inf of s, or −1.
-func firstNaNOrInf(s []float64) int {
-	for i, v := range s {
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return i
-		}
-	}
-	return -1
 }

@@ -229,20 +229,11 @@ func (k *KMeans) Check() error {
 			return bad("atoms", -1, ErrCollapsed, fmt.Sprintf("mean cosine between the %d atoms is %.9f", k.seeded, c))
 		}
 	}
-	// The first bad count is reported: a negative one before the first
-	// that is not finite, if any.
-	bad0 := finite.Index(k.counts)
-	before := k.counts
-	if bad0 >= 0 {
-		before = k.counts[:bad0]
-	}
-	for j, v := range before {
-		if v < 0 {
-			return bad("counts", j, ErrNegative, fmt.Sprintf("N = %g", v))
-		}
-	}
-	if bad0 >= 0 {
-		return bad("counts", bad0, ErrNonFinite, "")
+	switch j, negative := finite.NonNegative(k.counts); {
+	case negative:
+		return bad("counts", j, ErrNegative, fmt.Sprintf("N = %g", k.counts[j]))
+	case j >= 0:
+		return bad("counts", j, ErrNonFinite, "")
 	}
 	return nil
 }

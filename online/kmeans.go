@@ -608,8 +608,6 @@ func (k *KMeans) seed(m int, cur int64) {
 	// Each part of the trials draws its candidates, scores them and sums
 	// their potentials; every trial's sums run over the rows in order,
 	// whatever the parts, so the atoms do not depend on them.
-	// (part escapes to parts.Run, so it and what it captures are
-	// allocated once a seed call, whatever the split.)
 	split := seedSplit(m, trials, k.cores)
 	w.seeds = grow(w.seeds, split-1)
 	part := func(p, t0, t1 int) {
@@ -633,11 +631,7 @@ func (k *KMeans) seed(m int, cur int64) {
 		for t := range u {
 			u[t] = k.rng.Float64() * total
 		}
-		if split == 1 {
-			part(0, 0, trials)
-		} else {
-			parts.Run(trials, split, part)
-		}
+		parts.Run(trials, split, part)
 		best, bestPot := 0, math.Inf(1)
 		for t, p := range pot {
 			if p < bestPot {

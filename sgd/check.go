@@ -72,20 +72,11 @@ func (c checker) finiteAll(part string, s []float64) error {
 
 // counts checks that s is finite and non-negative.
 func (c checker) counts(part string, s []float64) error {
-	// The first bad count is reported: a negative one before the first
-	// that is not finite, if any.
-	bad := finite.Index(s)
-	before := s
-	if bad >= 0 {
-		before = s[:bad]
-	}
-	for i, v := range before {
-		if v < 0 {
-			return c.fail(part, i, ErrNegative, fmt.Sprintf("%g", v))
-		}
-	}
-	if bad >= 0 {
-		return c.fail(part, bad, ErrNonFinite, "")
+	switch i, negative := finite.NonNegative(s); {
+	case negative:
+		return c.fail(part, i, ErrNegative, fmt.Sprintf("%g", s[i]))
+	case i >= 0:
+		return c.fail(part, i, ErrNonFinite, "")
 	}
 	return nil
 }

@@ -40,3 +40,21 @@ func Index(s []float64) int {
 
 // All reports whether every element of s is finite.
 func All(s []float64) bool { return Index(s) < 0 }
+
+// NonNegative returns the index of the first element of s that is NaN,
+// ±Inf or negative, or −1 if there is none, and whether that element is
+// finite (a negative number): the check of a vector of counts or
+// weights.
+func NonNegative(s []float64) (i int, isFinite bool) {
+	bad := Index(s)
+	before := s
+	if bad >= 0 {
+		before = s[:bad]
+	}
+	for i, v := range before {
+		if v < 0 {
+			return i, true
+		}
+	}
+	return bad, false
+}

@@ -38,6 +38,28 @@ func TestIndex(t *testing.T) {
 	}
 }
 
+// TestNonNegative finds the first element that is negative or not
+// finite, and tells which.
+func TestNonNegative(t *testing.T) {
+	nan := math.NaN()
+	for _, tc := range []struct {
+		s        []float64
+		i        int
+		isFinite bool
+	}{
+		{nil, -1, false},
+		{[]float64{0, 1, math.Copysign(0, -1), 2}, -1, false},
+		{[]float64{0, -1, nan}, 1, true},
+		{[]float64{0, nan, -1}, 1, false},
+		{[]float64{math.Inf(-1), -1}, 0, false},
+		{[]float64{1, 2, 3, 4, 5, -0.5}, 5, true},
+	} {
+		if i, isFinite := NonNegative(tc.s); i != tc.i || isFinite != tc.isFinite {
+			t.Errorf("NonNegative(%v) = %d, %v; want %d, %v", tc.s, i, isFinite, tc.i, tc.isFinite)
+		}
+	}
+}
+
 // BenchmarkIndex checks the 4096×32 entries of an SMT's P.
 func BenchmarkIndex(b *testing.B) {
 	s := make([]float64, 4096*32)
