@@ -191,9 +191,10 @@ const argmaxChunk = 1 << 22
 
 // argmaxFused sets s.best and s.cos for the m compacted rows of s.x,
 // scored against the first seeded atoms of pack by kernel kn: the first
-// atom of largest cosine and that cosine, or −1 and 0 with no atom. The
-// rows are cut into up to cores ranges scored at once (inParts);
-// each row's result is computed by the same kernel calls either way.
+// atom of largest cosine and that cosine, or −1 and 0 with no atom. Up
+// to cores goroutines take the rows a kernel call's worth at a time
+// (parts.Share); each row's result is computed by the same kernel
+// instructions either way.
 func (s *scratch) argmaxFused(kn *kernel, pack *packedAtoms, seeded, m, cores int) {
 	s.best = grow(s.best, m)
 	s.cos = grow(s.cos, m)
@@ -222,12 +223,19 @@ func (s *scratch) argmaxFused(kn *kernel, pack *packedAtoms, seeded, m, cores in
 		f.cos = grow(f.cos, m)
 	}
 	panels := panelsFor(seeded)
-	parts := partsFor(blocks, kn.rows*panels*panelWidth*dim, cores)
-	if parts == 1 { // no closure: one goroutine allocates nothing
+	workers := partsFor(blocks, kn.rows*panels*panelWidth*dim, cores)
+	if workers == 1 { // no closure: one goroutine allocates nothing
 		s.argmaxBlocks(kn, pack, panels, m, 0, blocks)
 		return
 	}
-	inParts(blocks, parts, func(_, b0, b1 int) { s.argmaxBlocks(kn, pack, panels, m, b0, b1) })
+	parts.Share(blocks, workers, argmaxStep(kn, panels, dim), func(_, b0, b1 int) { s.argmaxBlocks(kn, pack, panels, m, b0, b1) })
+}
+
+// argmaxStep is how many blocks of kn's rows one call of the argmax
+// kernel scores against panels panels of dim: argmaxChunk multiply-adds,
+// at least one block.
+func argmaxStep(kn *kernel, panels, dim int) int {
+	return max(1, argmaxChunk/(kn.rows*panels*panelWidth*dim))
 }
 
 // argmaxBlocks is argmaxFused for the blocks b0…b1−1 of the rows, which
@@ -242,7 +250,7 @@ func (s *scratch) argmaxBlocks(kn *kernel, pack *packedAtoms, panels, m, b0, b1 
 		f.max[o0+i] = inf
 	}
 	clear(f.idx[o0:o1])
-	step := max(1, argmaxChunk/(kn.rows*panels*panelWidth*dim)) // blocks per kernel call
+	step := argmaxStep(kn, panels, dim)
 	for c0 := b0; c0 < b1; c0 += step {
 		c1 := min(b1, c0+step)
 		x0, q0 := c0*kn.rows*dim, c0*kn.rows*panelWidth

@@ -3,6 +3,8 @@ package online
 import (
 	"math"
 	"math/bits"
+
+	"github.com/smtd/smtd/internal/parts"
 )
 
 // The int8 prefilter finds the f_vq code of a row (its first atom of
@@ -188,10 +190,11 @@ type prefilterScratch struct {
 	blocks, fallbacks, candidates, rescored int
 }
 
-// argmaxPrefiltered is argmaxFused for kernels with a prefilter: the
-// blocks of rows are cut into up to cores parts (partsFor, inParts), each
-// scored with a prefilterScratch of its own, whose counts are then added
-// into s.fused.pre.
+// argmaxPrefiltered is argmaxFused for kernels with a prefilter: up to
+// cores goroutines (partsFor) take the blocks of rows a kernel call's
+// worth at a time (parts.Share), each scoring them with a
+// prefilterScratch of its own, whose counts are then added into
+// s.fused.pre.
 func (s *scratch) argmaxPrefiltered(kn *kernel, pack *packedAtoms, seeded, m, cores int) {
 	const rows = prefilterRows
 	if kn.rows != rows {
@@ -201,22 +204,22 @@ func (s *scratch) argmaxPrefiltered(kn *kernel, pack *packedAtoms, seeded, m, co
 	blocks := (m + rows - 1) / rows
 	f.x = grow(f.x, blocks*rows*pack.dim) // each part packs its blocks
 	panels := panelsFor(seeded)
-	parts := partsFor(blocks, rows*panels*panelWidth*pack.dim, cores)
-	if parts == 1 { // no closure: one goroutine allocates nothing
+	workers := partsFor(blocks, rows*panels*panelWidth*pack.dim, cores)
+	if workers == 1 { // no closure: one goroutine allocates nothing
 		s.prefilterBlocks(&f.pre, kn, pack, panels, m, 0, blocks)
 		return
 	}
-	if len(s.pre) < parts-1 {
-		s.pre = append(s.pre, make([]prefilterScratch, parts-1-len(s.pre))...)
+	if len(s.pre) < workers-1 {
+		s.pre = append(s.pre, make([]prefilterScratch, workers-1-len(s.pre))...)
 	}
-	inParts(blocks, parts, func(p, b0, b1 int) {
+	parts.Share(blocks, workers, argmaxStep(kn, panels, pack.dim), func(worker, b0, b1 int) {
 		w := &f.pre
-		if p > 0 {
-			w = &s.pre[p-1]
+		if worker > 0 {
+			w = &s.pre[worker-1]
 		}
 		s.prefilterBlocks(w, kn, pack, panels, m, b0, b1)
 	})
-	for i := range s.pre[:parts-1] {
+	for i := range s.pre[:workers-1] {
 		w := &s.pre[i]
 		f.pre.blocks += w.blocks
 		f.pre.fallbacks += w.fallbacks
