@@ -285,8 +285,9 @@ func (s *scratch) argmaxBlocks(kn *kernel, pack *packedAtoms, panels, m, b0, b1 
 const partWork = 1 << 23
 
 // partsFor returns how many parts inParts should cut blocks blocks of
-// work multiply-adds each into: at most cores, and none of fewer than
-// partWork multiply-adds.
+// work multiply-adds each into, or how many goroutines parts.Share
+// should score them on: at most cores, and none for fewer than partWork
+// multiply-adds.
 func partsFor(blocks, work, cores int) int {
 	return max(1, min(cores, blocks, blocks*work/partWork))
 }
