@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -65,7 +66,16 @@ import (
 //     (throughput_backlog_overhead; each round's in
 //     throughput_backlog_overhead_rounds). Unlike
 //     throughput_daemon_overhead, no publisher shares the machine's
-//     cores with the daemon;
+//     cores with the daemon. The same over CPU time rather than wall
+//     time, on Linux: images per second of CPU spent by the benchmark's
+//     processes (the daemon's, its NATS server included, with -process)
+//     while the daemon learns them and while the library does
+//     (throughput_backlog_cpu_images_per_s,
+//     throughput_backlog_library_cpu_images_per_s) and the median of
+//     each round's 1 − daemon/library (throughput_backlog_cpu_overhead,
+//     throughput_backlog_cpu_overhead_rounds): the work the daemon adds,
+//     which a host that runs the machine's cores slower or not at all
+//     changes less than it changes the wall-clock rates;
 //   - last, -rounds alternating runs of the library and of a new daemon
 //     on the default frames pipeline (32x32 gray video, the temporal SMT
 //     of each stream's consecutive frames; -k atoms too): -frames frames
@@ -313,6 +323,12 @@ func Throughput(ctx context.Context, w io.Writer, args []string) error {
 	line("throughput_backlog_library_images_per_s", fmt.Sprintf("%.0f", median(fromBacklog.libRates)))
 	line("throughput_backlog_overhead", fmt.Sprintf("%.3f", median(fromBacklog.overheads)))
 	line("throughput_backlog_overhead_rounds", formatOverheads(fromBacklog.overheads))
+	if fromBacklog.cpuOverheads != nil {
+		line("throughput_backlog_cpu_images_per_s", fmt.Sprintf("%.0f", median(fromBacklog.cpuRates)))
+		line("throughput_backlog_library_cpu_images_per_s", fmt.Sprintf("%.0f", median(fromBacklog.libCPURates)))
+		line("throughput_backlog_cpu_overhead", fmt.Sprintf("%.3f", median(fromBacklog.cpuOverheads)))
+		line("throughput_backlog_cpu_overhead_rounds", formatOverheads(fromBacklog.cpuOverheads))
+	}
 	line("throughput_daemon_published_images_per_s", fmt.Sprintf("%.0f", median(learning.published)))
 	if *nFrames > 0 {
 		line("throughput_frames", *nFrames)
@@ -410,22 +426,69 @@ func (in *benchDaemon) waitLearned(ctx context.Context, n int, d time.Duration) 
 }
 
 // libraryRound learns msgs in minibatches with a new library model of p
-// and returns when each minibatch was learned, since the start.
-func libraryRound(ctx context.Context, p config.Pipeline, msgs []*nats.Msg, name string) ([]time.Duration, error) {
+// and returns when each minibatch was learned, since the start, and the
+// CPU time this process had spent by then, since the start (nil where
+// processCPU cannot tell).
+func libraryRound(ctx context.Context, p config.Pipeline, msgs []*nats.Msg, name string) (done, cpu []time.Duration, err error) {
 	lib := daemon.NewOfflineLearner(p)
-	var done []time.Duration
 	t0 := time.Now()
+	cpu0, cpuOK := processCPU(os.Getpid())
 	for i := 0; i < len(msgs); i += p.Batch.Size {
 		if _, err := lib.Learn(msgs[i:min(i+p.Batch.Size, len(msgs))]); err != nil {
-			return nil, fmt.Errorf("bench throughput: library: %w", err)
+			return nil, nil, fmt.Errorf("bench throughput: library: %w", err)
 		}
 		done = append(done, time.Since(t0))
+		if c, ok := processCPU(os.Getpid()); ok && cpuOK {
+			cpu = append(cpu, c-cpu0)
+		}
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		showProgress("%s: library %d/%d images", name, i, len(msgs))
 	}
-	return done, nil
+	if len(cpu) != len(done) {
+		cpu = nil
+	}
+	return done, cpu, nil
+}
+
+// processCPU returns the CPU time, user and system, that the process pid
+// and all its threads have spent, from Linux's /proc/pid/stat (fields 14
+// and 15, in clock ticks of 10 ms: the USER_HZ of every Linux
+// architecture Go runs on but alpha and ia64), and false where that file
+// does not exist.
+func processCPU(pid int) (time.Duration, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	// The command name, field 2, is in parentheses and may hold spaces.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(string(b[i+1:])) // from field 3, the state
+	if len(f) < 13 {
+		return 0, false
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, false
+	}
+	return time.Duration(utime+stime) * 10 * time.Millisecond, true
+}
+
+// cpu returns the CPU time spent by this process and, when the daemon
+// runs in a process of its own, by that process: everything the
+// benchmark runs, the daemon's NATS server included.
+func (in *benchDaemon) cpu() (time.Duration, bool) {
+	c, ok := processCPU(os.Getpid())
+	if in.proc != nil {
+		d, dok := processCPU(in.proc.cmd.Process.Pid)
+		c, ok = c+d, ok && dok
+	}
+	return c, ok
 }
 
 // learningRates are the images (or frames) a second of alternating
@@ -460,7 +523,7 @@ func learningRounds(ctx context.Context, p config.Pipeline, msgs []*nats.Msg, ro
 	var in *benchDaemon
 	n := len(msgs)
 	for round := range rounds {
-		done, err := libraryRound(ctx, p, msgs, fmt.Sprintf("%s round %d", p.Name, round+1))
+		done, _, err := libraryRound(ctx, p, msgs, fmt.Sprintf("%s round %d", p.Name, round+1))
 		if err != nil {
 			return r, in, err
 		}
@@ -487,9 +550,11 @@ func learningRounds(ctx context.Context, p config.Pipeline, msgs []*nats.Msg, ro
 
 // backlogRounds are the daemon's learning rates on a backlog
 // (learnBacklog), the library's over the same images, and each round's
-// 1 − daemon/library.
+// 1 − daemon/library; and the same over CPU time rather than wall-clock
+// time (nil where processCPU cannot tell).
 type backlogRounds struct {
-	rates, libRates, overheads []float64
+	rates, libRates, overheads          []float64
+	cpuRates, libCPURates, cpuOverheads []float64
 }
 
 // learnBacklog measures, rounds times, the library learning msgs (the
@@ -506,7 +571,7 @@ func (in *benchDaemon) learnBacklog(ctx context.Context, p config.Pipeline, msgs
 	defer in.stop()
 	for r := range rounds {
 		in.stop()
-		done, err := libraryRound(ctx, p, msgs, fmt.Sprintf("backlog round %d", r+1))
+		done, libCPU, err := libraryRound(ctx, p, msgs, fmt.Sprintf("backlog round %d", r+1))
 		if err != nil {
 			return b, err
 		}
@@ -515,6 +580,7 @@ func (in *benchDaemon) learnBacklog(ctx context.Context, p config.Pipeline, msgs
 			return b, err
 		}
 		t0, from := time.Now(), int(in.learned())
+		cpu0, cpuOK := in.cpu()
 		if from >= n || from%batch != 0 {
 			return b, fmt.Errorf("bench throughput: the daemon restarted on its backlog had learned %d of %d images at its first status answer", from, n)
 		}
@@ -522,15 +588,29 @@ func (in *benchDaemon) learnBacklog(ctx context.Context, p config.Pipeline, msgs
 			return b, err
 		}
 		rate := float64(n-from) / time.Since(t0).Seconds()
-		span := done[len(done)-1]
-		if from > 0 {
-			span -= done[from/batch-1]
-		}
-		libRate := float64(n-from) / span.Seconds()
+		cpu1, cpuOK1 := in.cpu()
+		libRate := float64(n-from) / since(done, from/batch).Seconds()
 		b.rates, b.libRates = append(b.rates, rate), append(b.libRates, libRate)
 		b.overheads = append(b.overheads, 1-rate/libRate)
+		if cpuOK && cpuOK1 && libCPU != nil {
+			cpuRate := float64(n-from) / (cpu1 - cpu0).Seconds()
+			libCPURate := float64(n-from) / since(libCPU, from/batch).Seconds()
+			b.cpuRates, b.libCPURates = append(b.cpuRates, cpuRate), append(b.libCPURates, libCPURate)
+			b.cpuOverheads = append(b.cpuOverheads, 1-cpuRate/libCPURate)
+		}
 	}
 	return b, nil
+}
+
+// since returns the time from the end of the first of libraryRound's
+// minibatches (counted from 0) to the end of its last: its last time
+// less the one before first.
+func since(times []time.Duration, first int) time.Duration {
+	t := times[len(times)-1]
+	if first > 0 {
+		t -= times[first-1]
+	}
+	return t
 }
 
 // publishBacklog publishes the next n of msgs (cycling) without waiting

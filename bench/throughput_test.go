@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"math"
+	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -53,6 +54,27 @@ func TestHeapAllocatedCounts(t *testing.T) {
 }
 
 var sink []byte
+
+// processCPU counts this process's CPU time: at least the 100 ms that a
+// goroutine spinning 200 ms spends (the clock ticks are 10 ms), and at
+// most the wall-clock time times the cores.
+func TestProcessCPUCounts(t *testing.T) {
+	before, ok := processCPU(os.Getpid())
+	if !ok {
+		t.Skip("no /proc/self/stat")
+	}
+	t0 := time.Now()
+	for time.Since(t0) < 200*time.Millisecond {
+	}
+	wall := time.Since(t0)
+	after, ok := processCPU(os.Getpid())
+	if got := after - before; !ok || got < 100*time.Millisecond || got > wall*time.Duration(runtime.NumCPU())+20*time.Millisecond {
+		t.Errorf("%v of CPU counted over %v of spinning", got, wall)
+	}
+	if _, ok := processCPU(-1); ok {
+		t.Error("a CPU time for pid -1")
+	}
+}
 
 // The off-CPU shares of a phase come from the daemon's counters' growth
 // over it, and are -1 when it timed no query.
@@ -125,6 +147,17 @@ func TestThroughputPhases(t *testing.T) {
 	for _, name := range []string{"throughput_backlog_images_per_s", "throughput_backlog_library_images_per_s"} {
 		if r, err := strconv.ParseFloat(lines[name], 64); err != nil || r <= 0 {
 			t.Errorf("%s: %q, want a rate", name, lines[name])
+		}
+	}
+	// And per second of CPU time, where /proc tells it.
+	if _, err := os.Stat("/proc/self/stat"); err == nil {
+		for _, name := range []string{"throughput_backlog_cpu_images_per_s", "throughput_backlog_library_cpu_images_per_s"} {
+			if r, err := strconv.ParseFloat(lines[name], 64); err != nil || r <= 0 {
+				t.Errorf("%s: %q, want a rate", name, lines[name])
+			}
+		}
+		if f := strings.Split(lines["throughput_backlog_cpu_overhead_rounds"], ","); len(f) != 2 {
+			t.Errorf("throughput_backlog_cpu_overhead_rounds: %q, want one a round", lines["throughput_backlog_cpu_overhead_rounds"])
 		}
 	}
 	// Learned, then published: the outputs of a round go out after its
