@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -72,9 +71,9 @@ type Daemon struct {
 	storage atomic.Pointer[string]
 	// writeErr is the first JetStream write error the embedded server
 	// logged since JetStream last started.
-	writeErr    atomic.Pointer[string]
-	identity    []nats.Option // the daemon's credentials on the embedded server
-	procsBefore int           // GOMAXPROCS before reserveLearnerProcs raised it; 0: unchanged
+	writeErr atomic.Pointer[string]
+	identity []nats.Option // the daemon's credentials on the embedded server
+	procs    learnerProcs  // GOMAXPROCS while learners run niced (reserveLearnerProcs)
 	// member is the daemon's name in cluster mode (cluster.name, or host
 	// and process ID); "" otherwise.
 	member string
@@ -286,9 +285,7 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		case <-ctx.Done():
 			d.shutdownErr = fmt.Errorf("smtd: shutdown: pipelines still running: %w", ctx.Err())
 		}
-		if d.procsBefore > 0 {
-			runtime.GOMAXPROCS(d.procsBefore)
-		}
+		d.stopLearnerProcs()
 		if d.svc != nil {
 			d.svc.Stop()
 		}

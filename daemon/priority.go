@@ -3,6 +3,7 @@ package daemon
 import (
 	"os"
 	"runtime"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -32,11 +33,16 @@ func (d *Daemon) learnerNice() int {
 	return n
 }
 
-// reserveLearnerProcs gives each learning goroutine (a pipeline's learner,
-// and a pipeline's worker in worker mode) one P more than the process
-// started with, when learners run below the daemon's priority (nice > 0):
-// a learner that runs holds its P, and the Ps of the rest of the daemon
-// stay as many as before. Shutdown sets GOMAXPROCS back.
+// reserveLearnerProcs prepares one P more than the process started with
+// for each learning goroutine (a pipeline's learner, and a pipeline's
+// worker in worker mode), when learners run below the daemon's priority
+// (nice > 0), which fitLearnerProcs adds while the daemon serves queries:
+// a niced learner holds its P, and the Ps of the rest of the daemon stay
+// as many as before. Without queries the learners run at the daemon's
+// priority on the Ps it started with: with one P more than the cores,
+// the default pipeline's learning from a backlog ran on 1.33-1.36 of two
+// cores against 1.46-1.48 without it, 17-22% under the library's rate
+// against 2-11% (BENCHMARKS.md, "The daemon's Ps while nobody queries").
 func (d *Daemon) reserveLearnerProcs(nice int) {
 	if nice == 0 {
 		return
@@ -47,12 +53,53 @@ func (d *Daemon) reserveLearnerProcs(nice int) {
 			learners++
 		}
 	}
-	was := runtime.GOMAXPROCS(startProcs + learners)
-	d.procsBefore = was
-	if was != startProcs+learners {
-		d.log.Info().Int("nice", nice).Int("gomaxprocs", startProcs+learners).Int("was", was).
-			Msg("learners run on threads of their own below the daemon's priority (service.learn_nice), with a P each")
+	d.procs.raise = startProcs + learners
+	d.log.Info().Int("nice", nice).Int("gomaxprocs", d.procs.raise).
+		Msg("while queried, learners run on threads of their own below the daemon's priority (service.learn_nice), with a P each")
+}
+
+// learnerProcs is the GOMAXPROCS the daemon's learners run with: raise
+// while the daemon serves queries, before otherwise.
+type learnerProcs struct {
+	mu      sync.Mutex
+	raise   int  // startProcs plus a P a learner; 0: never raised
+	raised  bool // GOMAXPROCS is raise
+	before  int  // GOMAXPROCS before it was raised
+	stopped bool // shut down: never raised again
+}
+
+// fitLearnerProcs raises GOMAXPROCS to reserveLearnerProcs' count when
+// queried, and sets it back when not; it calls runtime.GOMAXPROCS, which
+// stops the world for a moment, only when that changes.
+func (d *Daemon) fitLearnerProcs(queried bool) {
+	ps := &d.procs
+	if ps.raise == 0 {
+		return
 	}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if queried == ps.raised || ps.stopped {
+		return
+	}
+	if queried {
+		ps.before = runtime.GOMAXPROCS(ps.raise)
+	} else {
+		runtime.GOMAXPROCS(ps.before)
+	}
+	ps.raised = queried
+	d.log.Debug().Bool("queried", queried).Int("gomaxprocs", runtime.GOMAXPROCS(0)).Msg("learners' Ps")
+}
+
+// stopLearnerProcs sets GOMAXPROCS back, if it was raised, for good.
+func (d *Daemon) stopLearnerProcs() {
+	ps := &d.procs
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.raised {
+		runtime.GOMAXPROCS(ps.before)
+		ps.raised = false
+	}
+	ps.stopped = true
 }
 
 // queriesRecently is how long after a query the daemon's learners keep
@@ -89,7 +136,13 @@ func (d *Daemon) newLearnerThread(log zerolog.Logger, nice int) *learnerThread {
 
 // run runs f to its end, at nice while the daemon serves queries.
 func (t *learnerThread) run(f func()) {
-	if t == nil || !t.d.queriedWithin(queriesRecently) {
+	if t == nil {
+		f()
+		return
+	}
+	queried := t.d.queriedWithin(queriesRecently)
+	t.d.fitLearnerProcs(queried)
+	if !queried {
 		f()
 		return
 	}

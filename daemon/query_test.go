@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+	"github.com/rs/zerolog"
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/smtd/smtd/config"
@@ -652,5 +653,28 @@ func TestLearnCoresFollowQueries(t *testing.T) {
 	d.cfg.Service.LearnCores = 3
 	if got := d.learnCores(); got != 3 {
 		t.Errorf("queried %v ago, service.learn_cores 3: %d cores", 2*queriesRecently, got)
+	}
+}
+
+// The learners' extra Ps (service.learn_nice) are there only while the
+// daemon serves queries, and gone for good once it has shut down.
+func TestLearnerProcsOnlyWhileQueried(t *testing.T) {
+	procs := runtime.GOMAXPROCS(0)
+	defer runtime.GOMAXPROCS(procs)
+	d := &Daemon{log: zerolog.Nop()}
+	d.procs.raise = procs + 1
+	for i, step := range []struct {
+		queried bool
+		want    int
+	}{{false, procs}, {true, procs + 1}, {true, procs + 1}, {false, procs}, {true, procs + 1}} {
+		d.fitLearnerProcs(step.queried)
+		if got := runtime.GOMAXPROCS(0); got != step.want {
+			t.Errorf("step %d, queried %v: GOMAXPROCS %d, want %d", i, step.queried, got, step.want)
+		}
+	}
+	d.stopLearnerProcs()
+	d.fitLearnerProcs(true)
+	if got := runtime.GOMAXPROCS(0); got != procs {
+		t.Errorf("queried after shutdown: GOMAXPROCS %d, want %d", got, procs)
 	}
 }
