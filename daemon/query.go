@@ -3,7 +3,6 @@ package daemon
 import (
 	"errors"
 	"fmt"
-	"runtime"
 	"runtime/debug"
 	"slices"
 	"sync"
@@ -84,11 +83,12 @@ type queryReply struct {
 
 func errorReply(code, desc string) queryReply { return queryReply{code: code, desc: desc} }
 
-// newQueryPool starts workers goroutines (GOMAXPROCS when workers is 0)
-// that serve the queries of pipelines from a queue of queue entries.
+// newQueryPool starts workers goroutines (when workers is 0, startProcs:
+// GOMAXPROCS as the process started, without the learners' Ps) that
+// serve the queries of pipelines from a queue of queue entries.
 func newQueryPool(nc *nats.Conn, log zerolog.Logger, pipelines []*pipeline, workers, queue int) *queryPool {
 	if workers <= 0 {
-		workers = runtime.GOMAXPROCS(0)
+		workers = startProcs
 	}
 	p := &queryPool{nc: nc, log: log, workers: workers, jobs: make(chan query, queue), stats: map[*pipeline]*queryStats{}}
 	for _, pl := range pipelines {
