@@ -35,3 +35,24 @@ func TestProcReadings(t *testing.T) {
 		}
 	}
 }
+
+// cpuSeconds counts this process's CPU time: at least the 0.1 s that a
+// goroutine spinning 0.2 s spends (the clock ticks are 10 ms), and at
+// most the wall-clock time times the cores; none for a process that
+// does not exist.
+func TestCPUSecondsCounts(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("reads /proc")
+	}
+	before := cpuSeconds(os.Getpid())
+	t0 := time.Now()
+	for time.Since(t0) < 200*time.Millisecond {
+	}
+	wall := time.Since(t0).Seconds()
+	if got := cpuSeconds(os.Getpid()) - before; got < 0.1 || got > wall*float64(runtime.NumCPU())+0.02 {
+		t.Errorf("%v s of CPU counted over %v s of spinning", got, wall)
+	}
+	if got := cpuSeconds(-1); got != 0 {
+		t.Errorf("%v s of CPU for pid -1", got)
+	}
+}

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -427,68 +426,34 @@ func (in *benchDaemon) waitLearned(ctx context.Context, n int, d time.Duration) 
 
 // libraryRound learns msgs in minibatches with a new library model of p
 // and returns when each minibatch was learned, since the start, and the
-// CPU time this process had spent by then, since the start (nil where
-// processCPU cannot tell).
-func libraryRound(ctx context.Context, p config.Pipeline, msgs []*nats.Msg, name string) (done, cpu []time.Duration, err error) {
+// CPU seconds this process had spent by then, since the start
+// (cpuSeconds: all 0 where there is no /proc).
+func libraryRound(ctx context.Context, p config.Pipeline, msgs []*nats.Msg, name string) (done []time.Duration, cpu []float64, err error) {
 	lib := daemon.NewOfflineLearner(p)
-	t0 := time.Now()
-	cpu0, cpuOK := processCPU(os.Getpid())
+	t0, cpu0 := time.Now(), cpuSeconds(os.Getpid())
 	for i := 0; i < len(msgs); i += p.Batch.Size {
 		if _, err := lib.Learn(msgs[i:min(i+p.Batch.Size, len(msgs))]); err != nil {
 			return nil, nil, fmt.Errorf("bench throughput: library: %w", err)
 		}
 		done = append(done, time.Since(t0))
-		if c, ok := processCPU(os.Getpid()); ok && cpuOK {
-			cpu = append(cpu, c-cpu0)
-		}
+		cpu = append(cpu, cpuSeconds(os.Getpid())-cpu0)
 		if err := ctx.Err(); err != nil {
 			return nil, nil, err
 		}
 		showProgress("%s: library %d/%d images", name, i, len(msgs))
 	}
-	if len(cpu) != len(done) {
-		cpu = nil
-	}
 	return done, cpu, nil
 }
 
-// processCPU returns the CPU time, user and system, that the process pid
-// and all its threads have spent, from Linux's /proc/pid/stat (fields 14
-// and 15, in clock ticks of 10 ms: the USER_HZ of every Linux
-// architecture Go runs on but alpha and ia64), and false where that file
-// does not exist.
-func processCPU(pid int) (time.Duration, bool) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, false
-	}
-	// The command name, field 2, is in parentheses and may hold spaces.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, false
-	}
-	f := strings.Fields(string(b[i+1:])) // from field 3, the state
-	if len(f) < 13 {
-		return 0, false
-	}
-	utime, err1 := strconv.ParseInt(f[11], 10, 64)
-	stime, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, false
-	}
-	return time.Duration(utime+stime) * 10 * time.Millisecond, true
-}
-
-// cpu returns the CPU time spent by this process and, when the daemon
+// cpu returns the CPU seconds spent by this process and, when the daemon
 // runs in a process of its own, by that process: everything the
-// benchmark runs, the daemon's NATS server included.
-func (in *benchDaemon) cpu() (time.Duration, bool) {
-	c, ok := processCPU(os.Getpid())
+// benchmark runs, the daemon's NATS server included (cpuSeconds).
+func (in *benchDaemon) cpu() float64 {
+	c := cpuSeconds(os.Getpid())
 	if in.proc != nil {
-		d, dok := processCPU(in.proc.cmd.Process.Pid)
-		c, ok = c+d, ok && dok
+		c += cpuSeconds(in.proc.cmd.Process.Pid)
 	}
-	return c, ok
+	return c
 }
 
 // learningRates are the images (or frames) a second of alternating
@@ -551,7 +516,7 @@ func learningRounds(ctx context.Context, p config.Pipeline, msgs []*nats.Msg, ro
 // backlogRounds are the daemon's learning rates on a backlog
 // (learnBacklog), the library's over the same images, and each round's
 // 1 − daemon/library; and the same over CPU time rather than wall-clock
-// time (nil where processCPU cannot tell).
+// time (nil where there is no /proc).
 type backlogRounds struct {
 	rates, libRates, overheads          []float64
 	cpuRates, libCPURates, cpuOverheads []float64
@@ -580,7 +545,7 @@ func (in *benchDaemon) learnBacklog(ctx context.Context, p config.Pipeline, msgs
 			return b, err
 		}
 		t0, from := time.Now(), int(in.learned())
-		cpu0, cpuOK := in.cpu()
+		cpu0 := in.cpu()
 		if from >= n || from%batch != 0 {
 			return b, fmt.Errorf("bench throughput: the daemon restarted on its backlog had learned %d of %d images at its first status answer", from, n)
 		}
@@ -588,13 +553,12 @@ func (in *benchDaemon) learnBacklog(ctx context.Context, p config.Pipeline, msgs
 			return b, err
 		}
 		rate := float64(n-from) / time.Since(t0).Seconds()
-		cpu1, cpuOK1 := in.cpu()
+		cpu := in.cpu() - cpu0
 		libRate := float64(n-from) / since(done, from/batch).Seconds()
 		b.rates, b.libRates = append(b.rates, rate), append(b.libRates, libRate)
 		b.overheads = append(b.overheads, 1-rate/libRate)
-		if cpuOK && cpuOK1 && libCPU != nil {
-			cpuRate := float64(n-from) / (cpu1 - cpu0).Seconds()
-			libCPURate := float64(n-from) / since(libCPU, from/batch).Seconds()
+		if libCPU := since(libCPU, from/batch); cpu > 0 && libCPU > 0 {
+			cpuRate, libCPURate := float64(n-from)/cpu, float64(n-from)/libCPU
 			b.cpuRates, b.libCPURates = append(b.cpuRates, cpuRate), append(b.libCPURates, libCPURate)
 			b.cpuOverheads = append(b.cpuOverheads, 1-cpuRate/libCPURate)
 		}
@@ -602,10 +566,10 @@ func (in *benchDaemon) learnBacklog(ctx context.Context, p config.Pipeline, msgs
 	return b, nil
 }
 
-// since returns the time from the end of the first of libraryRound's
-// minibatches (counted from 0) to the end of its last: its last time
-// less the one before first.
-func since(times []time.Duration, first int) time.Duration {
+// since returns the time (or CPU time) libraryRound took from the start
+// of its minibatch first (counted from 0) to the end of its last: its
+// last time less the one before first.
+func since[T time.Duration | float64](times []T, first int) T {
 	t := times[len(times)-1]
 	if first > 0 {
 		t -= times[first-1]

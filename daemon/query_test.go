@@ -678,3 +678,15 @@ func TestLearnerProcsOnlyWhileQueried(t *testing.T) {
 		t.Errorf("queried after shutdown: GOMAXPROCS %d, want %d", got, procs)
 	}
 }
+
+// By default the query pool has a worker for each core the daemon
+// started with, not for the Ps it adds for its learners.
+func TestQueryPoolDefaultsToStartCores(t *testing.T) {
+	cfg := testConfig(t, digitsPipeline("digits", "mnist.images", 64))
+	cfg.Service.QueryWorkers = 0
+	cfg.Service.LearnNice = 10
+	d := startDaemon(t, cfg)
+	if d.queries.workers != startProcs {
+		t.Errorf("%d query workers, want %d", d.queries.workers, startProcs)
+	}
+}
