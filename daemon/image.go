@@ -109,8 +109,9 @@ const yieldImages = 8
 // buffer belongs to the workspace.
 type imageWork struct {
 	patcher online.Patcher
-	// helpers are the patchers of parts 1, 2, … of a batch extracted in
-	// parts (prepare); part 0 uses patcher. Grown as needed.
+	// helpers are the patchers of workers 1, 2, … of a batch extracted
+	// on several goroutines (prepare); worker 0 uses patcher. Grown as
+	// needed.
 	helpers []online.Patcher
 	x       mat.Dense // all patches of a batch, one per row
 	w       mat.Dense // whitened and normalised
@@ -219,9 +220,9 @@ func mustTune(err error) {
 // prepare extracts, centres, whitens and normalises the patches of batch
 // into m.w and flags the blank ones; with observe it first updates the
 // whitening statistics. A learning batch (observe) is extracted and
-// whitened on m.cores goroutines, each part a range of its images
-// (batchParts); every patch is computed as on one core, so the bits do
-// not depend on the split. Encoding, for a query or a reader, stays on
+// whitened on up to m.cores goroutines (batchParts), which take its images
+// in turn; every patch is computed as on one core, so the bits do not
+// depend on the split nor on which goroutine took an image. Encoding, for a query or a reader, stays on
 // the caller's core.
 func (m *imageModel) prepare(batch []sample, observe bool) {
 	split := 1
@@ -239,18 +240,18 @@ func (m *imageModel) prepare(batch []sample, observe bool) {
 	m.whiten(m.white, split)
 }
 
-// batchParts is how many parts of whole images a learning batch of n
-// images is cut into on cores cores (prepare, embedded): none of fewer
-// than yieldImages images (about 1 ms of one core for 28x28 images),
-// against the tens of µs an idle core of a virtual machine can take to
+// batchParts is how many goroutines share the images of a learning batch
+// of n images on cores cores (prepare, embedded): at most one for each
+// yieldImages images (about 1 ms of one core for 28x28 images), against the tens of µs an idle core of a virtual machine can take to
 // pick up a goroutine.
 func batchParts(n, cores int) int {
 	return max(1, min(cores, n/yieldImages))
 }
 
-// extract writes the centred patches of batch into m.x in split ranges
-// of its images (parts.Run), part p > 0 with helper patcher p−1. Part 0, on
-// the caller, yields between groups of images when the model learns. One
+// extract writes the centred patches of batch into m.x on split
+// goroutines that take its images one at a time as each finishes the last
+// (parts.Share): worker w > 0 with helper patcher w−1. Worker 0, the
+// caller, yields between groups of images when the model learns. One
 // part is extracted without a closure: the query path does not allocate.
 func (m *imageModel) extract(batch []sample, learning bool, split int) {
 	g := m.patcher.Grid
@@ -262,19 +263,19 @@ func (m *imageModel) extract(batch []sample, learning bool, split int) {
 	for len(m.helpers) < split-1 {
 		m.helpers = append(m.helpers, online.Patcher{Grid: g, Mean: m.patcher.Mean, Context: m.patcher.Context})
 	}
-	parts.Run(len(batch), split, func(part, lo, hi int) { m.extractImages(batch, learning, part, lo, hi) })
+	parts.Share(len(batch), split, 1, func(worker, lo, hi int) { m.extractImages(batch, learning, worker, lo, hi) })
 }
 
-// extractImages is part part of extract: images lo…hi−1.
-func (m *imageModel) extractImages(batch []sample, learning bool, part, lo, hi int) {
+// extractImages is extract's images lo…hi−1 on worker worker.
+func (m *imageModel) extractImages(batch []sample, learning bool, worker, lo, hi int) {
 	p := &m.patcher
-	if part > 0 {
-		p = &m.helpers[part-1]
+	if worker > 0 {
+		p = &m.helpers[worker-1]
 	}
 	g := p.Grid
 	n := g.Len()
 	for i := lo; i < hi; i++ {
-		if learning && part == 0 && i > 0 && i%yieldImages == 0 {
+		if learning && worker == 0 && i > 0 && i%yieldImages == 0 {
 			m.yield()
 		}
 		p.Extract(rowRange(&m.x, i*n, (i+1)*n), batch[i].pixels)
@@ -282,7 +283,8 @@ func (m *imageModel) extractImages(batch []sample, learning bool, part, lo, hi i
 }
 
 // whiten whitens the patches m.x with w into m.w, normalises them and
-// flags the blank ones, in split ranges of whole images.
+// flags the blank ones, on split goroutines that take the rows of one
+// image at a time (parts.Share).
 func (m *imageModel) whiten(w *online.Whitener, split int) {
 	r, c := m.x.Dims()
 	resize(&m.w, r, c)
@@ -293,7 +295,7 @@ func (m *imageModel) whiten(w *online.Whitener, split int) {
 		return
 	}
 	n := m.patcher.Grid.Len()
-	parts.Run(r/n, split, func(_, lo, hi int) { m.whitenRows(w, lo*n, hi*n) })
+	parts.Share(r/n, split, 1, func(_, lo, hi int) { m.whitenRows(w, lo*n, hi*n) })
 }
 
 // whitenRows is a part of whiten: rows lo…hi−1.
@@ -510,12 +512,12 @@ func (m *imageModel) embedded(batch []sample) []output {
 	g := m.patcher.Grid
 	switch {
 	case m.code == config.CodeVQ:
-		// The images of a learning batch are embedded in ranges on the
-		// cores it may use, as prepare cuts them (a reader's m.cores is
-		// 0: one part, and no closure).
+		// The images of a learning batch are embedded one at a time by
+		// the goroutines prepare uses (a reader's m.cores is 0: one part,
+		// and no closure).
 		resize(&m.emb, len(batch), m.pool.Len(g, m.smt.Settings().Dim))
 		if split := batchParts(len(batch), m.cores); split > 1 {
-			parts.Run(len(batch), split, func(_, lo, hi int) { m.embedImagesVQ(lo, hi) })
+			parts.Share(len(batch), split, 1, func(_, lo, hi int) { m.embedImagesVQ(lo, hi) })
 		} else {
 			m.embedImagesVQ(0, len(batch))
 		}

@@ -600,10 +600,10 @@ func TestSnapshotsReuseUnreadMemory(t *testing.T) {
 }
 
 // TestLearnOnSeveralCores checks that an image model whose learning step
-// extracts, whitens and scores on several goroutines (learnOn; batches
-// of 32 images in three parts) learns and publishes exactly what one on
-// a single goroutine does: the default pipeline on recorded MNIST, with
-// f_vq and with f_gq codes.
+// extracts, whitens and scores on several goroutines (learnOn; batches of
+// 32 images shared by three goroutines) learns and publishes exactly what
+// one on a single goroutine does: the default pipeline on recorded MNIST,
+// with f_vq and with f_gq codes.
 func TestLearnOnSeveralCores(t *testing.T) {
 	msgs := readStream(t, "mnist-train-1000.smtdrec")[:192]
 	for _, code := range []string{config.CodeVQ, config.CodeGQ} {

@@ -181,8 +181,8 @@ type SMT struct {
 	u     spvec
 	tmp   spvec
 	diff  []float64
-	// windows are the workspaces of the parts of a windowed gradient
-	// (gradient), one a part; resid holds its rows' r_i (rows×Dim) and
+	// windows are the workspaces of the goroutines of a windowed
+	// gradient (gradient), one a goroutine; resid holds its rows' r_i (rows×Dim) and
 	// ends each grid's Σ deg_i.
 	windows []windowWork
 	resid   []float64
@@ -255,14 +255,15 @@ func (m *SMT) SetSettings(s SMTSettings) error {
 }
 
 // SetCores lets each later gradient of a step run on up to n goroutines
-// (n ≤ 1: the caller's only), each part a range of at least gridsPerPart
-// of the minibatch's grids (images, or sentences). Every r_i is computed as
+// (n ≤ 1: the caller's only), at most one for each gridsPerPart of the
+// minibatch's grids (images, or sentences), which take the grids one at a
+// time as each finishes the last (parts.Share). Every r_i is computed as
 // on one core and added in the same order: the step is the same bits
-// whatever n.
+// whatever n and whichever goroutine computed it.
 func (m *SMT) SetCores(n int) { m.cores = n }
 
 // gridsPerPart is the fewest grids (28x28 MNIST images: about 0.2 ms of
-// one core each) a part of a gradient takes, against the tens of µs an
+// one core each) worth a goroutine of a gradient, against the tens of µs an
 // idle core of a virtual machine can take to pick up a goroutine.
 const gridsPerPart = 8
 
@@ -484,10 +485,10 @@ func (m *SMT) gradient(d int) int64 {
 	for len(m.windows) < split {
 		m.windows = append(m.windows, windowWork{})
 	}
-	parts.Run(len(m.seg), split, func(part, lo, hi int) {
+	parts.Share(len(m.seg), split, 1, func(worker, lo, hi int) {
 		for s := lo; s < hi; s++ {
 			if sg := m.seg[s]; !sg.whole(d) {
-				m.ends[s] = m.windowResiduals(sg, d, beta, &m.windows[part])
+				m.ends[s] = m.windowResiduals(sg, d, beta, &m.windows[worker])
 			}
 		}
 	})

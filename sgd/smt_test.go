@@ -394,7 +394,7 @@ func TestSMTStepGradientEqualsStep(t *testing.T) {
 
 // An SMT whose gradients run on several goroutines (SetCores) takes the
 // same steps bit for bit as one on a single goroutine: f_vq and f_gq
-// codes, windows of range 2 (computed in three parts of the 24 images)
+// codes, windows of range 2 (the 24 images shared by three goroutines)
 // and whole grids (range 0, on the caller).
 func TestSMTStepOnCoresSameBits(t *testing.T) {
 	grid := online.PatchGrid{Width: 10, Height: 10, Size: 3} // 8×8 grid
