@@ -303,7 +303,7 @@ func (k *KMeans) LearnAssign(dst []int, cos []float64, x mat.Matrix, blank []boo
 		panic("online: KMeans.Learn without a rand.Source")
 	}
 	w := &k.work
-	m := w.compact(x, blank)
+	m := w.compact(x, blank, k.cores)
 	k.learn(m)
 	w.spread(dst, cos, r, m)
 }
@@ -370,7 +370,7 @@ func (k *KMeans) Contribute(dst *KMeansContribution, assign []int, cos []float64
 	r := k.checkBatch(assign, cos, x, blank)
 	K, dim := k.s.K, k.s.Dim
 	w := &k.work
-	m := w.compact(x, blank)
+	m := w.compact(x, blank, k.cores)
 	dst.reset()
 	dst.Rows = m
 	w.argmaxFused(fused, &k.packed, k.seeded, m, k.cores)
@@ -928,7 +928,7 @@ func (k *KMeans) Assign(dst []int, cos []float64, x mat.Matrix) {
 	}
 	w := k.pool.Get().(*scratch)
 	defer k.pool.Put(w)
-	m := w.compact(x, nil)
+	m := w.compact(x, nil, k.cores)
 	w.argmaxFused(fused, &k.packed, k.seeded, m, k.cores)
 	w.spread(dst, cos, r, m)
 }
@@ -967,7 +967,7 @@ func (k *KMeans) CodesGQ(dst *SparseCodes, x mat.Matrix, t float64) {
 	}
 	w := k.pool.Get().(*scratch)
 	defer k.pool.Put(w)
-	m := w.compact(x, nil)
+	m := w.compact(x, nil, k.cores)
 	dst.Rows, dst.Atoms = r, k.s.K
 	w.codesFused(dst, fused, &k.packed, k.seeded, m, r, t, k.cores)
 }

@@ -43,7 +43,7 @@ func Lloyd(atoms *mat.Dense, x mat.Matrix, blank []bool, iters int, src rand.Sou
 		panic(mat.ErrShape)
 	}
 	var w scratch
-	m := w.compact(x, blank)
+	m := w.compact(x, blank, 1)
 	raw := atoms.RawMatrix()
 	if src != nil {
 		if m < K {
@@ -175,7 +175,7 @@ func Distortion(atoms mat.Matrix, x mat.Matrix, blank []bool) float64 {
 	atomsT := make([]float64, dim*n)
 	transposeInto(atomsT, sub)
 	var w scratch
-	m := w.compact(x, blank)
+	m := w.compact(x, blank, 1)
 	if m == 0 {
 		return math.NaN()
 	}
