@@ -686,14 +686,24 @@ func countTrue(b []bool) int {
 // TestKMeansCoresSameBits checks that a dictionary scoring on several
 // goroutines (SetCores) learns and codes exactly as one on a single
 // goroutine: whitened MNIST patches, K not a multiple of the panel width,
-// minibatches of an odd number of rows with blank ones.
+// minibatches of an odd number of rows with blank ones; the larger ones
+// past compactShareRows, so that they are also compacted on several
+// goroutines, once with the int8 prefilter's K (on CPUs that have it).
 func TestKMeansCoresSameBits(t *testing.T) {
 	x, blank := mnistPatches(t, 40)
+	for _, tc := range []struct{ k, batch int }{{700, 2001}, {700, 6001}, {prefilterPanels*panelWidth + 52, 6001}} {
+		t.Run(fmt.Sprintf("K=%d/batch=%d", tc.k, tc.batch), func(t *testing.T) {
+			testKMeansCoresSameBits(t, x, blank, tc.k, tc.batch)
+		})
+	}
+}
+
+func testKMeansCoresSameBits(t *testing.T, x *mat.Dense, blank []bool, k, batch int) {
 	r, dim := x.Dims()
-	const k, batch = 700, 2001
 	if parts := partsFor(batch/fused.rows, fused.rows*panelsFor(k)*panelWidth*dim, 3); parts < 3 {
 		t.Fatalf("a minibatch is scored in %d parts; the test needs three", parts)
 	}
+	shared := false
 	var learners [3]*KMeans
 	for i := range learners {
 		learners[i], _ = newTestKMeans(KMeansSettings{K: k, Dim: dim}, 17)
@@ -702,6 +712,13 @@ func TestKMeansCoresSameBits(t *testing.T) {
 	var want []int
 	for i := 0; i+batch <= r; i += batch {
 		b := x.Slice(i, i+batch, 0, dim)
+		kept := 0
+		for _, b := range blank[i : i+batch] {
+			if !b {
+				kept++
+			}
+		}
+		shared = shared || kept >= compactShareRows
 		for c, km := range learners {
 			got := make([]int, batch)
 			km.LearnAssign(got, nil, b, blank[i:i+batch])
@@ -711,6 +728,9 @@ func TestKMeansCoresSameBits(t *testing.T) {
 				t.Fatalf("rows %d…: the codes learned on %d goroutines differ from those on one", i, c+1)
 			}
 		}
+	}
+	if shared != (batch >= compactShareRows) {
+		t.Fatalf("minibatches of %d rows: past compactShareRows once their blank rows are left out %v, want %v", batch, shared, !shared)
 	}
 	one, _ := learners[0].MarshalBinary()
 	for c, km := range learners[1:] {
