@@ -222,8 +222,8 @@ func mustTune(err error) {
 // whitening statistics. A learning batch (observe) is extracted and
 // whitened on up to m.cores goroutines (batchParts), which take its images
 // in turn; every patch is computed as on one core, so the bits do not
-// depend on the split nor on which goroutine took an image. Encoding, for a query or a reader, stays on
-// the caller's core.
+// depend on the split nor on which goroutine took an image. Encoding, for
+// a query or a reader, stays on the caller's core.
 func (m *imageModel) prepare(batch []sample, observe bool) {
 	split := 1
 	if observe {
@@ -242,8 +242,9 @@ func (m *imageModel) prepare(batch []sample, observe bool) {
 
 // batchParts is how many goroutines share the images of a learning batch
 // of n images on cores cores (prepare, embedded): at most one for each
-// yieldImages images (about 1 ms of one core for 28x28 images), against the tens of µs an idle core of a virtual machine can take to
-// pick up a goroutine.
+// yieldImages images (about 1 ms of one core for 28x28 images), against
+// the tens of µs an idle core of a virtual machine can take to pick up a
+// goroutine.
 func batchParts(n, cores int) int {
 	return max(1, min(cores, n/yieldImages))
 }
