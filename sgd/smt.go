@@ -182,8 +182,8 @@ type SMT struct {
 	tmp   spvec
 	diff  []float64
 	// windows are the workspaces of the goroutines of a windowed
-	// gradient (gradient), one a goroutine; resid holds its rows' r_i (rows×Dim) and
-	// ends each grid's Σ deg_i.
+	// gradient (gradient), one a goroutine; resid holds its rows' r_i
+	// (rows×Dim) and ends each grid's Σ deg_i.
 	windows []windowWork
 	resid   []float64
 	ends    []float64
@@ -263,8 +263,8 @@ func (m *SMT) SetSettings(s SMTSettings) error {
 func (m *SMT) SetCores(n int) { m.cores = n }
 
 // gridsPerPart is the fewest grids (28x28 MNIST images: about 0.2 ms of
-// one core each) worth a goroutine of a gradient, against the tens of µs an
-// idle core of a virtual machine can take to pick up a goroutine.
+// one core each) worth a goroutine of a gradient, against the tens of µs
+// an idle core of a virtual machine can take to pick up a goroutine.
 const gridsPerPart = 8
 
 // Size returns the number of columns of P: K, or K+1 with BlankAtom (the
