@@ -425,10 +425,11 @@ func (in *benchDaemon) waitLearned(ctx context.Context, n int, d time.Duration) 
 }
 
 // libraryRound learns msgs in minibatches with a new library model of p
-// and returns when each minibatch was learned, since the start, and the
-// CPU seconds this process had spent by then, since the start
-// (cpuSeconds: all 0 where there is no /proc).
-func libraryRound(ctx context.Context, p config.Pipeline, msgs []*nats.Msg, name string) (done []time.Duration, cpu []float64, err error) {
+// and returns when each minibatch was learned, since the start, and, with
+// withCPU, the CPU seconds this process had spent by then, since the
+// start (cpuSeconds: all 0 where there is no /proc; a read of /proc after
+// each minibatch, left out of the rounds that do not use it).
+func libraryRound(ctx context.Context, p config.Pipeline, msgs []*nats.Msg, name string, withCPU bool) (done []time.Duration, cpu []float64, err error) {
 	lib := daemon.NewOfflineLearner(p)
 	t0, cpu0 := time.Now(), cpuSeconds(os.Getpid())
 	for i := 0; i < len(msgs); i += p.Batch.Size {
@@ -436,7 +437,9 @@ func libraryRound(ctx context.Context, p config.Pipeline, msgs []*nats.Msg, name
 			return nil, nil, fmt.Errorf("bench throughput: library: %w", err)
 		}
 		done = append(done, time.Since(t0))
-		cpu = append(cpu, cpuSeconds(os.Getpid())-cpu0)
+		if withCPU {
+			cpu = append(cpu, cpuSeconds(os.Getpid())-cpu0)
+		}
 		if err := ctx.Err(); err != nil {
 			return nil, nil, err
 		}
@@ -488,7 +491,7 @@ func learningRounds(ctx context.Context, p config.Pipeline, msgs []*nats.Msg, ro
 	var in *benchDaemon
 	n := len(msgs)
 	for round := range rounds {
-		done, _, err := libraryRound(ctx, p, msgs, fmt.Sprintf("%s round %d", p.Name, round+1))
+		done, _, err := libraryRound(ctx, p, msgs, fmt.Sprintf("%s round %d", p.Name, round+1), false)
 		if err != nil {
 			return r, in, err
 		}
@@ -536,7 +539,7 @@ func (in *benchDaemon) learnBacklog(ctx context.Context, p config.Pipeline, msgs
 	defer in.stop()
 	for r := range rounds {
 		in.stop()
-		done, libCPU, err := libraryRound(ctx, p, msgs, fmt.Sprintf("backlog round %d", r+1))
+		done, libCPU, err := libraryRound(ctx, p, msgs, fmt.Sprintf("backlog round %d", r+1), true)
 		if err != nil {
 			return b, err
 		}

@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -648,7 +649,7 @@ func BenchmarkLearnBatch(b *testing.B) {
 		p.KMeans.Atoms = k
 		train := decodeSamples(b, &p, msgs)
 		n := p.Batch.Size
-		for _, cores := range []int{1, runtime.GOMAXPROCS(0)} {
+		for _, cores := range slices.Compact([]int{1, runtime.GOMAXPROCS(0)}) {
 			b.Run(fmt.Sprintf("K=%d/cores=%d", k, cores), func(b *testing.B) {
 				m := newModel(&p, rand.NewPCG(p.Seed, 1))
 				m.(coresLearner).learnOn(cores)

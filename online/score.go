@@ -74,13 +74,13 @@ func (s *scratch) compact(x mat.Matrix, skip []bool, cores int) (m int) {
 	r, dim := x.Dims()
 	s.x = grow(s.x, r*dim)
 	s.rows = grow(s.rows, r)
-	if rm, ok := x.(mat.RawMatrixer); ok && cores > 1 && r >= compactShareRows {
-		return s.compactShared(rm.RawMatrix(), skip, cores)
-	}
 	var raw blas64.General
 	rm, isRaw := x.(mat.RawMatrixer)
 	if isRaw {
 		raw = rm.RawMatrix()
+		if cores > 1 && r >= compactShareRows {
+			return s.compactShared(raw, skip, cores)
+		}
 	}
 	for i := 0; i < r; i++ {
 		if skip != nil && skip[i] {
